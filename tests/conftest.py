@@ -1,0 +1,55 @@
+"""Shared fixtures: where the real Nsight Systems exports are, and clean logging per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+#: the real exports live beside the project unless PRVSTREAM_TEST_DATA says otherwise
+REAL_DATA = Path(
+    os.environ.get(
+        "PRVSTREAM_TEST_DATA",
+        str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nsys"),
+    )
+)
+
+
+def real_exports() -> list[Path]:
+    """Every real export available, sorted by name (empty when the folder is absent)."""
+    if not REAL_DATA.is_dir():
+        return []
+    return sorted(REAL_DATA.glob("*.sqlite"))
+
+
+def real_export_params() -> list[object]:
+    """Parametrize over the real exports, or one skipped case saying why."""
+    found = real_exports()
+    if not found:
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason=f"real exports not found at {REAL_DATA} (set PRVSTREAM_TEST_DATA)"),
+            id="no-real-data")]
+    return [pytest.param(p, id=p.stem) for p in found]
+
+
+@pytest.fixture
+def real_data_dir() -> Path:
+    if not REAL_DATA.is_dir():
+        pytest.skip(f"real exports not found at {REAL_DATA} (set PRVSTREAM_TEST_DATA)")
+    return REAL_DATA
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """Each test starts with structlog's defaults, so that no configuration leaks."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,102 @@
+"""Shared types: the record batches the daemon feeds to sinks, and the ``Sink`` protocol.
+
+Times in every batch are integer nanoseconds relative to the trace origin (the origin's wall
+clock time is ``ReportInfo.origin_wall_ns``). Batches are numpy structured arrays so that hot
+paths stay vectorised; metadata that crosses a boundary or hits disk is a msgspec Struct.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Protocol
+
+import msgspec
+import numpy as np
+
+__all__ = [
+    "ACTIVITY_DTYPE",
+    "PHASE_DTYPE",
+    "ActivityKind",
+    "DeviceInfo",
+    "ProcessInfo",
+    "ReportInfo",
+    "Sink",
+    "Timestamp",
+]
+
+#: integer nanoseconds relative to the trace origin
+Timestamp = int
+
+
+class ActivityKind(IntEnum):
+    """What a GPU interval is, for the efficiency model."""
+
+    COMPUTE = 0  # a kernel that is not NCCL
+    NCCL = 1  # a kernel whose name begins with "nccl"
+    MEMCPY = 2
+    MEMSET = 3
+
+
+#: one GPU activity interval; ``device`` indexes ``ReportInfo.devices``
+ACTIVITY_DTYPE = np.dtype(
+    [("start", "<i8"), ("end", "<i8"), ("device", "<i4"), ("stream", "<i4"), ("kind", "u1")]
+)
+
+#: one NVTX range that may be an efficiency phase; ``name`` indexes ``ReportInfo.phase_names``,
+#: ``process`` indexes ``ReportInfo.processes``
+PHASE_DTYPE = np.dtype(
+    [("start", "<i8"), ("end", "<i8"), ("process", "<i4"), ("name", "<i4")]
+)
+
+
+class DeviceInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A physical GPU as seen by one process: (host, CUDA device id)."""
+
+    host: str
+    device: int
+    #: index into ReportInfo.processes of the process that used it
+    process: int = 0
+    #: MPI rank of that process, when known
+    rank: int | None = None
+
+
+class ProcessInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A profiled process: one Paraver task."""
+
+    host: str
+    pid: int
+    name: str = ""
+    rank: int | None = None
+
+
+class ReportInfo(msgspec.Struct, forbid_unknown_fields=True):
+    """What a sink needs to know about one report before its batches arrive."""
+
+    #: stable identifier of the report (its file name within the job)
+    report_id: str
+    processes: list[ProcessInfo]
+    devices: list[DeviceInfo]
+    #: wall-clock ns of time 0 in this report's batches
+    origin_wall_ns: int
+    #: the report's first and last timestamps, relative to the origin
+    start_ns: int
+    end_ns: int
+    #: names of the NVTX ranges selected as phases (PHASE_DTYPE.name indexes this)
+    phase_names: list[str] = msgspec.field(default_factory=list)
+
+
+class Sink(Protocol):
+    """What the daemon feeds, per report, in one time-ordered pass.
+
+    ``begin_report`` comes first; then ``add_activity`` and ``add_phases`` are called in
+    non-decreasing ``start`` order across both kinds (a phase starting at t arrives before any
+    activity starting after t); ``end_report`` closes the report.
+    """
+
+    def begin_report(self, info: ReportInfo) -> None: ...
+
+    def add_activity(self, batch: np.ndarray) -> None: ...
+
+    def add_phases(self, batch: np.ndarray) -> None: ...
+
+    def end_report(self) -> None: ...

@@ -1,0 +1,204 @@
+"""One time-ordered chunk stream per data kind of an export, as numpy structured arrays.
+
+Each stream is one ``SELECT ... ORDER BY start`` read with ``fetchmany``: SQLite sorts (with
+bounded memory, spilling to temp files) and we hold one chunk at a time. NULLs become -1.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Final
+
+import numpy as np
+import structlog
+
+from prvstream.daemon.export import Export, KindSource, wrap_i4
+from prvstream.sinks.errors import NotAnExport
+
+__all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
+
+log = structlog.get_logger(__name__)
+
+_I8, _I4 = "<i8", "<i4"
+
+#: dtype of each kind's chunks; times are raw session-clock ns (not rebased)
+DTYPES: Final[dict[str, np.dtype]] = {
+    "kernel": np.dtype([
+        ("start", _I8), ("end", _I8), ("gpid", _I8), ("device", _I4), ("stream", _I4),
+        ("corr", _I8), ("name", _I8), ("dname", _I8),
+        ("grid_x", _I4), ("grid_y", _I4), ("grid_z", _I4),
+        ("block_x", _I4), ("block_y", _I4), ("block_z", _I4),
+        ("registers", _I4), ("smem_static", _I4), ("smem_dynamic", _I4),
+    ]),
+    "memcpy": np.dtype([
+        ("start", _I8), ("end", _I8), ("gpid", _I8), ("device", _I4), ("stream", _I4),
+        ("corr", _I8), ("bytes", _I8), ("copy_kind", _I4),
+    ]),
+    "memset": np.dtype([
+        ("start", _I8), ("end", _I8), ("gpid", _I8), ("device", _I4), ("stream", _I4),
+        ("corr", _I8), ("bytes", _I8), ("value", _I4),
+    ]),
+    "sync": np.dtype([
+        ("start", _I8), ("end", _I8), ("gpid", _I8), ("device", _I4), ("stream", _I4),
+        ("corr", _I8), ("sync_type", _I4),
+    ]),
+    "runtime": np.dtype([
+        ("start", _I8), ("end", _I8), ("gtid", _I8), ("corr", _I8), ("name", _I8),
+    ]),
+    "nvtx": np.dtype([
+        ("start", _I8), ("end", _I8), ("gtid", _I8), ("event_type", _I4), ("domain", _I8),
+        ("text", _I8), ("range_id", _I8),
+    ]),
+    "osrt": np.dtype([("start", _I8), ("end", _I8), ("gtid", _I8), ("name", _I8)]),
+    "mpi": np.dtype([("start", _I8), ("end", _I8), ("gtid", _I8), ("name", _I8)]),
+    "graph": np.dtype([("start", _I8), ("end", _I8), ("gtid", _I8), ("name", _I8)]),
+    "openacc": np.dtype([("start", _I8), ("end", _I8), ("gtid", _I8), ("name", _I8)]),
+    "gpu_metrics": np.dtype([
+        ("start", _I8), ("end", _I8), ("gpu", _I4), ("metric", _I4), ("value", _I8),
+    ]),
+}
+
+#: every kind, in the order ``DTYPES`` lists them
+KINDS: Final[tuple[str, ...]] = tuple(DTYPES)
+
+_GPU_COMMON: Final = (("start", "start"), ("end", "end"), ("globalPid", "gpid"),
+                      ("deviceId", "device"), ("streamId", "stream"),
+                      ("correlationId", "corr"))
+
+#: kind -> (source column or SQL expression, dtype field) in dtype order
+_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "kernel": (*_GPU_COMMON, ("shortName", "name"), ("demangledName", "dname"),
+               ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
+               ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z"),
+               ("registersPerThread", "registers"), ("staticSharedMemory", "smem_static"),
+               ("dynamicSharedMemory", "smem_dynamic")),
+    "memcpy": (*_GPU_COMMON, ("bytes", "bytes"), ("copyKind", "copy_kind")),
+    "memset": (*_GPU_COMMON, ("bytes", "bytes"), ("value", "value")),
+    "sync": (*_GPU_COMMON, ("syncType", "sync_type")),
+    "runtime": (("start", "start"), ("end", "end"), ("globalTid", "gtid"),
+                ("correlationId", "corr"), ("nameId", "name")),
+    "nvtx": (("start", "start"), ("end", "end"), ("globalTid", "gtid"),
+             ("eventType", "event_type"), ("domainId", "domain"), ("textId", "text"),
+             ("rangeId", "range_id")),
+    "osrt": (("start", "start"), ("end", "end"), ("globalTid", "gtid"), ("nameId", "name")),
+    "mpi": (("start", "start"), ("end", "end"), ("globalTid", "gtid"), ("textId", "name")),
+    "graph": (("start", "start"), ("end", "end"), ("globalTid", "gtid"), ("nameId", "name")),
+    "openacc": (("start", "start"), ("end", "end"), ("globalTid", "gtid"),
+                ("eventKind", "name")),
+    "gpu_metrics": (("timestamp", "start"), ("timestamp", "end"), ("typeId", "gpu"),
+                    ("metricId", "metric"), ("value", "value")),
+}
+
+#: defaults for missing/NULL columns other than -1
+_DEFAULTS: Final[dict[tuple[str, str], str]] = {("nvtx", "domain"): "0"}
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _select_one(export: Export, kind: str, src: KindSource) -> str:
+    t = src.table
+    exprs: list[str] = []
+    for col, field in _COLUMNS[kind]:
+        default = _DEFAULTS.get((kind, field), "-1")
+        if kind == "graph" and field == "name" and not export.has(t, "nameId"):
+            col = "graphId"  # graph rows without a name column carry their graph id
+        if field == "start":
+            expr = _q(src.start)
+        elif kind == "gpu_metrics" and field == "gpu":
+            expr = "(COALESCE(typeId, -1) & 255)" if export.has(t, col) else default
+        elif kind == "gpu_metrics" and field == "value":
+            expr = ("CAST(COALESCE(value, -1) AS INTEGER)" if export.has(t, col)
+                    else default)
+        elif export.has(t, col):
+            expr = f"COALESCE({_q(col)}, {default})"
+        else:
+            expr = default
+        if DTYPES[kind][field] == np.dtype(_I4) and expr != default:
+            expr = wrap_i4(expr)
+        exprs.append(f"{expr} AS {field}")
+    if kind == "nvtx":
+        if export.has(t, "text"):
+            inline = ("CASE WHEN textId IS NULL THEN text END" if export.has(t, "textId")
+                      else "text")
+        else:
+            inline = "NULL"
+        exprs.append(f"{inline} AS inline_text")
+    where = f" WHERE {src.where}" if src.where else ""
+    return f"SELECT {', '.join(exprs)} FROM {_q(t)}{where}"
+
+
+def select_sql(export: Export, kind: str) -> str | None:
+    """The ordered SELECT behind ``stream(export, kind)``, or None if no table feeds it."""
+    if kind not in DTYPES:
+        raise ValueError(f"unknown data kind {kind!r}; known: {', '.join(KINDS)}")
+    sources = export.sources(kind)
+    if not sources:
+        return None
+    body = " UNION ALL ".join(_select_one(export, kind, s) for s in sources)
+    return f"{body} ORDER BY start"
+
+
+def available_kinds(export: Export) -> list[str]:
+    """Kinds whose tables exist and hold at least one row, in ``KINDS`` order."""
+    present = set(export.nonempty_kinds())
+    return [k for k in KINDS if k in present]
+
+
+def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.ndarray]:
+    """Yield ``DTYPES[kind]`` arrays of at most ``chunk_rows`` rows in non-decreasing start.
+
+    NVTX inline texts (``text`` with a NULL ``textId``) come out as negative ids that
+    ``export.string()`` resolves. Raises ``NotAnExport`` if SQLite finds the file damaged.
+    """
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be at least 1")
+    sql = select_sql(export, kind)
+    if sql is None:
+        return
+    dtype = DTYPES[kind]
+    if kind == "nvtx":
+        export.inline_ids()  # number inline texts canonically before the first chunk
+    cur = export.connection.cursor()
+    try:
+        try:
+            cur.execute(sql)
+        except sqlite3.DatabaseError as exc:
+            raise _damaged(export, kind, exc) from exc
+        while True:
+            try:
+                rows = cur.fetchmany(chunk_rows)
+            except sqlite3.DatabaseError as exc:
+                raise _damaged(export, kind, exc) from exc
+            if not rows:
+                break
+            if kind == "nvtx":
+                yield _nvtx_chunk(export, rows, dtype)
+            else:
+                yield np.array(rows, dtype=dtype)
+    finally:
+        cur.close()
+
+
+def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype) -> np.ndarray:
+    """Convert NVTX rows; the trailing inline text becomes a negative interned id."""
+    tmp = np.array(rows, dtype=np.dtype([*((n, dtype[n]) for n in dtype.names or ()),
+                                         ("inline_text", object)]))
+    out = np.empty(len(rows), dtype=dtype)
+    for name in dtype.names or ():
+        out[name] = tmp[name]
+    texts = tmp["inline_text"]
+    idx = np.flatnonzero(texts != None)  # noqa: E711 (element-wise comparison)
+    if idx.size:
+        ids = export.inline_ids()
+        out["text"][idx] = [ids.get(t) or export.intern_inline(t) for t in texts[idx]]
+    return out
+
+
+def _damaged(export: Export, kind: str, exc: sqlite3.DatabaseError) -> NotAnExport:
+    log.warning("export_read_failed", path=str(export.path), kind=kind, error=str(exc))
+    return NotAnExport(f"{export.path}: reading {kind} rows failed ({exc}); the file is damaged "
+                       f"or was truncated: re-export the report")
+

@@ -1,0 +1,267 @@
+"""Is an export complete? Settle time, no journal beside it, a read-only open, quick_check, and
+the final ``EXPORT_TIME`` metadata row; plus report identities and ``nsys export`` of reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import anyio
+import msgspec
+import structlog
+
+from prvstream.sinks.errors import ExportIncomplete
+
+__all__ = [
+    "HEAD_BYTES",
+    "Invalid",
+    "NotYet",
+    "Ready",
+    "ReportIdentity",
+    "Verdict",
+    "check_export",
+    "export_with_nsys",
+    "nsys_executable",
+    "report_identity",
+    "stat_signature",
+    "wait_ready",
+]
+
+log = structlog.get_logger(__name__)
+
+#: bytes of an export hashed into its identity
+HEAD_BYTES = 64 * 1024
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+#: siblings that mean "a writer is in the middle of a transaction"
+_BUSY_SUFFIXES = ("-journal", "-wal")
+
+
+class ReportIdentity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What makes one report file *this* report: a changed file is a different report."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    #: SHA-256 (hex) of the first 64 KiB
+    head_sha256: str
+
+
+class Ready(msgspec.Struct, frozen=True, tag="ready"):
+    """The export is complete; ``identity`` is what the journal should record."""
+
+    identity: ReportIdentity
+
+
+class NotYet(msgspec.Struct, frozen=True, tag="not_yet"):
+    """Still being written (or not yet stable); look again later.
+
+    ``corrupt`` marks failures that only a writer still at work can explain (not SQLite yet,
+    quick_check fails): once the file has been stable for the settle time they become Invalid.
+    """
+
+    reason: str
+    corrupt: bool = False
+
+
+class Invalid(msgspec.Struct, frozen=True, tag="invalid"):
+    """Stable, and still not a complete export: report once and set aside."""
+
+    reason: str
+
+
+Verdict = Ready | NotYet | Invalid
+
+
+def stat_signature(path: Path) -> tuple[int, int, int, int]:
+    """``(device, inode, size, mtime_ns)`` of ``path`` (follows no symlink for the caller)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def report_identity(path: Path) -> ReportIdentity:
+    """Identity of ``path``: device, inode, size, mtime and a hash of its first 64 KiB."""
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        head = fh.read(HEAD_BYTES)
+    return ReportIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size,
+                          mtime_ns=st.st_mtime_ns, head_sha256=hashlib.sha256(head).hexdigest())
+
+
+def _ro_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+
+
+def check_export(path: Path) -> Verdict:
+    """One look at ``path`` (blocking, no waiting): the checks of DESIGN §3 except settling.
+
+    Ready, NotYet (a writer may still be at work) or NotYet(corrupt=True) (broken unless a
+    writer is still at work). Never Invalid: only :func:`wait_ready` knows how long the file
+    has been stable.
+    """
+    for suffix in _BUSY_SUFFIXES:
+        if os.path.lexists(f"{path}{suffix}"):
+            return NotYet(f"a {suffix} file stands beside it (a writer is in a transaction)")
+    try:
+        before = report_identity(path)
+    except FileNotFoundError:
+        return NotYet("the file vanished (renamed or deleted)")
+    except OSError as exc:
+        return NotYet(f"cannot read it: {exc}", corrupt=True)
+    if before.size == 0:
+        return NotYet("the file is empty")
+    with open(path, "rb") as fh:
+        magic = fh.read(len(_SQLITE_MAGIC))
+    if magic != _SQLITE_MAGIC:
+        return NotYet("not an SQLite database (bad header)", corrupt=True)
+    try:
+        con = sqlite3.connect(_ro_uri(path), uri=True, check_same_thread=False)
+    except sqlite3.Error as exc:
+        return NotYet(f"a read-only open fails: {exc}", corrupt=True)
+    try:
+        try:
+            rows = con.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return NotYet(f"the database is locked: {exc}")
+            return NotYet(f"quick_check cannot run: {exc}", corrupt=True)
+        except sqlite3.DatabaseError as exc:
+            return NotYet(f"quick_check cannot run: {exc}", corrupt=True)
+        if [tuple(r) for r in rows] != [("ok",)]:
+            first = "; ".join(str(r[0]) for r in rows[:3])
+            return NotYet(f"quick_check fails: {first}", corrupt=True)
+        tables = {r[0] for r in con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+        for table in _META_TABLES:
+            if table in tables:
+                found = con.execute(
+                    f"SELECT 1 FROM {table} WHERE name = 'EXPORT_TIME' LIMIT 1").fetchone()
+                if found is None:
+                    return NotYet(f"{table} has no EXPORT_TIME row yet (export unfinished)")
+                break
+    except sqlite3.DatabaseError as exc:
+        return NotYet(f"reading it fails: {exc}", corrupt=True)
+    finally:
+        con.close()
+    try:
+        after = report_identity(path)
+    except OSError:
+        return NotYet("the file vanished while being checked")
+    if after != before:
+        return NotYet("the file changed while being checked")
+    return Ready(after)
+
+
+async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
+                     first_delay: float | None = None, max_delay: float = 30.0) -> Ready | Invalid:
+    """Wait until ``path`` is a complete export (Ready) or clearly never will be (Invalid).
+
+    The file must keep the same (device, inode, size, mtime) for ``settle`` seconds before the
+    SQLite checks run in a worker thread. A NotYet re-checks after an exponentially growing
+    delay (``first_delay`` doubling up to ``max_delay``; a change resets it). Invalid when a
+    corrupt-looking file stays unchanged for ``settle`` seconds after a failed check, or when
+    nothing is Ready after ``max_wait`` seconds (two looks a settle time apart, so that a stale
+    NFS attribute cache cannot condemn a file still being written). Cancel to stop waiting.
+    """
+    start = time.monotonic()
+    base = max(0.02, settle / 4) if first_delay is None else first_delay
+    delay = base
+    last_sig: tuple[int, int, int, int] | None = None
+    stable_since = start
+    corrupt_sig: tuple[int, int, int, int] | None = None
+    corrupt_since = 0.0
+    reason = "never checked"
+    while True:
+        now = time.monotonic()
+        try:
+            sig = stat_signature(path)
+        except FileNotFoundError:
+            sig = None
+            reason = "the file does not exist"
+        if sig is not None:
+            if sig != last_sig:
+                last_sig, stable_since, delay = sig, now, base
+                reason = "still changing"
+            elif now - stable_since >= settle:
+                verdict = await anyio.to_thread.run_sync(check_export, path)
+                if isinstance(verdict, Ready):
+                    return verdict
+                if isinstance(verdict, Invalid):  # pragma: no cover - check_export never does
+                    return verdict
+                reason = verdict.reason
+                if verdict.corrupt:
+                    if corrupt_sig != sig:
+                        corrupt_sig, corrupt_since = sig, time.monotonic()
+                    elif time.monotonic() - corrupt_since >= settle:
+                        log.warning("export_invalid", path=str(path), reason=reason)
+                        return Invalid(reason)
+                else:
+                    corrupt_sig = None
+        if now - start >= max_wait:
+            log.warning("export_invalid", path=str(path), reason=reason, waited_s=max_wait)
+            return Invalid(f"not complete after {max_wait:g} s: {reason}")
+        pause = delay
+        if sig is not None and sig == last_sig and now - stable_since < settle:
+            pause = min(delay, settle - (now - stable_since))
+        if corrupt_sig is not None:
+            pause = min(pause, max(0.02, settle - (time.monotonic() - corrupt_since)))
+        await anyio.sleep(max(0.01, pause))
+        delay = min(max_delay, delay * 2)
+
+
+def nsys_executable() -> str | None:
+    """The ``nsys`` found on PATH, or ``None``."""
+    return shutil.which("nsys")
+
+
+def export_with_nsys(rep: Path, dest: Path | None = None, *, nsys: str | None = None,
+                     timeout: float | None = 3600.0) -> Path:
+    """Run ``nsys export --type sqlite`` on ``rep``; return the finished ``.sqlite`` path.
+
+    Writes to a hidden temporary name beside ``dest`` (default: ``rep`` with the suffix
+    ``.sqlite``) and renames it into place, so that watchers never see a half-written export.
+    Raises ``ExportIncomplete`` when nsys is not on PATH or the export fails.
+    """
+    rep = Path(rep)
+    exe = nsys or nsys_executable()
+    if exe is None:
+        raise ExportIncomplete(
+            f"{rep} is an .nsys-rep report and nsys is not on PATH: export it with "
+            f"'nsys export --type sqlite {rep}' or install Nsight Systems so that prvstream can")
+    target = Path(dest) if dest is not None else rep.with_suffix(".sqlite")
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.partial.sqlite")
+    cmd = [exe, "export", "--type", "sqlite", "--force-overwrite", "true",
+           "--output", str(tmp), str(rep)]
+    log.info("nsys_export_started", report=str(rep), output=str(target))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _unlink_quietly(tmp)
+        raise ExportIncomplete(
+            f"'nsys export' of {rep} did not finish ({exc}); run it by hand: "
+            f"nsys export --type sqlite {rep}") from exc
+    if proc.returncode != 0 or not tmp.is_file():
+        _unlink_quietly(tmp)
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ExportIncomplete(
+            f"'nsys export' of {rep} failed (status {proc.returncode}: {detail[0]}); "
+            f"check the report with 'nsys stats {rep}' or export it by hand")
+    for suffix in _BUSY_SUFFIXES:
+        _unlink_quietly(Path(f"{tmp}{suffix}"))
+    os.replace(tmp, target)
+    log.info("nsys_export_done", report=str(rep), output=str(target))
+    return target
+
+
+def _unlink_quietly(path: Path) -> None:
+    path.unlink(missing_ok=True)
+

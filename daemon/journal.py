@@ -1,0 +1,438 @@
+"""Per-job durable state (which reports are in, at which byte offsets, the live numbering), and
+safe output paths: never through a symlink, never over a file prvstream did not create.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import msgspec
+import structlog
+
+from prvstream.daemon.readiness import ReportIdentity
+from prvstream.sinks.errors import JournalCorrupt, OutputConflict
+
+__all__ = [
+    "JOURNAL_VERSION",
+    "OWNED_MARKER",
+    "JobJournal",
+    "JournalState",
+    "Numbering",
+    "OutputDir",
+    "Quarantined",
+    "ReportEntry",
+    "TaskEntry",
+    "TaskKey",
+    "ThreadEntry",
+    "ThreadKey",
+    "ThreadTime",
+    "atomic_write",
+    "fsync_dir",
+    "journal_path",
+    "open_for_output",
+    "safe_output_path",
+]
+
+log = structlog.get_logger(__name__)
+
+#: bump when a field changes meaning (adding a field with a default needs no bump)
+JOURNAL_VERSION = 1
+#: sidecar in an output directory listing, one per line, the files prvstream created there
+OWNED_MARKER = ".prvstream-owned"
+
+
+# ---------------------------------------------------------------------------------- structs
+
+
+class TaskKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A process: (host, pid), never pid alone."""
+
+    host: str
+    pid: int
+
+
+class ThreadKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A thread of a task: a CPU thread (``id`` = tid) or a GPU stream (``id`` = device)."""
+
+    kind: Literal["cpu", "gpu"]
+    id: int
+    stream: int = 0
+
+
+class ThreadEntry(msgspec.Struct, forbid_unknown_fields=True):
+    key: ThreadKey
+    name: str = ""
+
+
+class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """A task in arrival order; its threads in arrival order (ids are 1-based positions)."""
+
+    key: TaskKey
+    name: str = ""
+    rank: int | None = None
+    threads: list[ThreadEntry] = msgspec.field(default_factory=list)
+
+
+class Numbering(msgspec.Struct, forbid_unknown_fields=True):
+    """The live trace's published ids: tasks and threads by key, values per event type."""
+
+    tasks: list[TaskEntry] = msgspec.field(default_factory=list)
+    #: event type -> {label: value id}, ids in arrival order
+    values: dict[int, dict[str, int]] = msgspec.field(default_factory=dict)
+    #: hosts (Paraver nodes) in arrival order
+    hosts: list[str] = msgspec.field(default_factory=list)
+
+
+class ThreadTime(msgspec.Struct, frozen=True, array_like=True):
+    """Last record time (ns, relative to the trace origin) of (task id, thread id)."""
+
+    task: int
+    thread: int
+    time: int
+
+
+class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One committed report: its block ``[block_start, block_end)`` in the .prv."""
+
+    identity: ReportIdentity
+    name: str
+    path: str
+    block_start: int
+    block_end: int
+    records: int
+    thread_last: list[ThreadTime] = msgspec.field(default_factory=list)
+    wall_start_ns: int = 0
+    wall_end_ns: int = 0
+    committed_ns: int = 0
+
+
+class Quarantined(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A file set aside: reported once, retried only when its identity changes."""
+
+    path: str
+    identity: ReportIdentity | None = None
+    reason: str
+    time_ns: int
+
+
+class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Everything a job's writer needs to resume after a crash."""
+
+    version: int = JOURNAL_VERSION
+    job_dir: str
+    root: str = ""
+    #: directory holding the outputs, and every output file prvstream created (absolute)
+    out_dir: str = ""
+    outputs: list[str] = msgspec.field(default_factory=list)
+    #: live trace origin (wall-clock ns) and the skew allowance (ns) it was derived with
+    origin_wall_ns: int | None = None
+    skew_allowance_ns: int = 0
+    reports: list[ReportEntry] = msgspec.field(default_factory=list)
+    numbering: Numbering = msgspec.field(default_factory=Numbering)
+    header_capacity: int = 0
+    prv_length: int = 0
+    summary_length: int = 0
+    quarantined: list[Quarantined] = msgspec.field(default_factory=list)
+    finalized: bool = False
+    updated_ns: int = 0
+    #: room for a sink's own small state, keyed by sink name
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(JournalState)
+
+
+# ------------------------------------------------------------------------------- file system
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that a rename in it survives a power cut."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync, rename over it, fsync dir."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def journal_path(state_dir: str | os.PathLike[str], job_dir: str | os.PathLike[str]) -> Path:
+    """``<state_dir>/<readable tail>-<hash of the absolute job path>.json``."""
+    absolute = os.path.abspath(os.fspath(job_dir))
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    tail = "_".join(Path(absolute).parts[-2:])
+    readable = _UNSAFE.sub("_", tail).strip("._-")[:60] or "root"
+    return Path(state_dir) / f"{readable}-{digest}.json"
+
+
+# ---------------------------------------------------------------------------------- journal
+
+
+class JobJournal:
+    """A job's journal file plus fast lookups over its numbering (single writer per job).
+
+    Mutate :attr:`state` (or use the helpers), then :meth:`commit` once the outputs it
+    describes are fsynced.
+    """
+
+    def __init__(self, path: Path, state: JournalState) -> None:
+        self.path = Path(path)
+        self.state = state
+        self._lock_fd: int | None = None
+        self._reindex()
+
+    # -- life cycle ----------------------------------------------------------------------
+    @classmethod
+    def open(cls, state_dir: str | os.PathLike[str], job_dir: str | os.PathLike[str], *,
+             root: str | os.PathLike[str] = "") -> JobJournal:
+        """Load the job's journal, or start a fresh one (not written until :meth:`commit`)."""
+        path = journal_path(state_dir, job_dir)
+        loaded = cls.load(path)
+        if loaded is not None:
+            return loaded
+        return cls(path, JournalState(job_dir=os.path.abspath(os.fspath(job_dir)),
+                                      root=os.fspath(root)))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> JobJournal | None:
+        """The journal at ``path``; ``None`` when absent; ``JournalCorrupt`` when unreadable."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise JournalCorrupt(
+                f"journal {path} cannot be read ({exc}); fix its permissions or move it "
+                f"aside (mv {path} {path}.bad) and restart") from exc
+        try:
+            state = _decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise JournalCorrupt(
+                f"journal {path} is corrupt ({exc}); move it aside (mv {path} {path}.bad) and "
+                f"restart: the job's outputs will be rebuilt from its reports") from exc
+        if state.version > JOURNAL_VERSION:
+            raise JournalCorrupt(
+                f"journal {path} was written by a newer prvstream (version {state.version} > "
+                f"{JOURNAL_VERSION}); upgrade prvstream or move the journal aside")
+        return cls(path, state)
+
+    def commit(self) -> None:
+        """Durably replace the journal file with the current state (atomic)."""
+        self.state.updated_ns = time.time_ns()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.path, _encoder.encode(self.state))
+        log.debug("journal_committed", journal=str(self.path), reports=len(self.state.reports),
+                  prv_length=self.state.prv_length)
+
+    def lock(self) -> None:
+        """Take an exclusive advisory lock on the job (one daemon per job); raise if held."""
+        if self._lock_fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_suffix(".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputConflict(
+                    f"another prvstream process is writing job {self.state.job_dir} (lock "
+                    f"{lock_path} is held); stop it or use a different --state") from exc
+            raise
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- reports and quarantine ----------------------------------------------------------
+    def has_report(self, identity: ReportIdentity) -> bool:
+        return identity in self._identities
+
+    def add_report(self, entry: ReportEntry) -> None:
+        """Record a report whose block is durably in the .prv (then :meth:`commit`)."""
+        if not entry.committed_ns:
+            entry.committed_ns = time.time_ns()
+        self.state.reports.append(entry)
+        self._identities.add(entry.identity)
+
+    def is_quarantined(self, path: str | os.PathLike[str],
+                       identity: ReportIdentity | None = None) -> bool:
+        """True when ``path`` was set aside and has not changed since (same identity)."""
+        entry = self._quarantine.get(os.fspath(path))
+        return entry is not None and (identity is None or entry.identity == identity)
+
+    def quarantine(self, path: str | os.PathLike[str], reason: str,
+                   identity: ReportIdentity | None = None) -> None:
+        """Set a file aside (replacing any earlier entry for the same path)."""
+        key = os.fspath(path)
+        entry = Quarantined(path=key, identity=identity, reason=reason, time_ns=time.time_ns())
+        self.state.quarantined = [q for q in self.state.quarantined if q.path != key]
+        self.state.quarantined.append(entry)
+        self._quarantine[key] = entry
+        log.warning("report_quarantined", path=key, reason=reason, job=self.state.job_dir)
+
+    # -- numbering -----------------------------------------------------------------------
+    def task_id(self, key: TaskKey, *, name: str = "", rank: int | None = None) -> int:
+        """1-based task id of ``key``, assigned in arrival order and never changed."""
+        tid = self._tasks.get(key)
+        if tid is None:
+            num = self.state.numbering
+            num.tasks.append(TaskEntry(key=key, name=name, rank=rank))
+            tid = len(num.tasks)
+            self._tasks[key] = tid
+            self._threads[tid] = {}
+            if key.host not in num.hosts:
+                num.hosts.append(key.host)
+        return tid
+
+    def thread_id(self, task: TaskKey, key: ThreadKey, *, name: str = "") -> int:
+        """1-based thread id of ``key`` within its task (arrival order)."""
+        t = self.task_id(task)
+        threads = self._threads[t]
+        th = threads.get(key)
+        if th is None:
+            entries = self.state.numbering.tasks[t - 1].threads
+            entries.append(ThreadEntry(key=key, name=name))
+            th = len(entries)
+            threads[key] = th
+        return th
+
+    def value_id(self, event_type: int, label: str, *, first: int = 1) -> int:
+        """Value id of ``label`` for ``event_type`` (arrival order, starting at ``first``)."""
+        table = self.state.numbering.values.setdefault(event_type, {})
+        vid = table.get(label)
+        if vid is None:
+            vid = first + len(table)
+            table[label] = vid
+        return vid
+
+    def _reindex(self) -> None:
+        self._identities = {r.identity for r in self.state.reports}
+        self._quarantine = {q.path: q for q in self.state.quarantined}
+        self._tasks: dict[TaskKey, int] = {}
+        self._threads: dict[int, dict[ThreadKey, int]] = {}
+        for i, task in enumerate(self.state.numbering.tasks, start=1):
+            self._tasks[task.key] = i
+            self._threads[i] = {th.key: j for j, th in enumerate(task.threads, start=1)}
+
+
+# ---------------------------------------------------------------------------------- outputs
+
+
+class OutputDir:
+    """An output directory whose files prvstream may (re)write: the ones it created.
+
+    Ownership is recorded in the ``.prvstream-owned`` sidecar (plus any ``owned`` names the
+    caller passes, e.g. from the journal's ``outputs``). Files are claimed before they are
+    first created; a file that exists but is not owned, or any symlink, is an OutputConflict.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, owned: Iterable[str] = ()):
+        self.path = Path(os.path.abspath(os.fspath(path)))
+        self._owned: set[str] = {Path(p).name for p in owned}
+        self._prepared = False
+
+    def prepare(self) -> OutputDir:
+        """Create the directory (not through a symlink) and read its ownership list."""
+        if self.path.is_symlink():
+            raise OutputConflict(
+                f"output directory {self.path} is a symlink; prvstream never writes through "
+                f"symlinks: replace it with a real directory or choose another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not self.path.is_dir():
+            raise OutputConflict(f"{self.path} exists and is not a directory; move it away")
+        marker = self.path / OWNED_MARKER
+        if marker.is_symlink():
+            raise OutputConflict(f"{marker} is a symlink; remove it")
+        if marker.exists():
+            self._owned.update(n for n in marker.read_text().splitlines() if n)
+        self._prepared = True
+        return self
+
+    @property
+    def owned(self) -> frozenset[str]:
+        return frozenset(self._owned)
+
+    def path_for(self, name: str) -> Path:
+        """Checked path of output ``name`` in this directory, claimed as prvstream's."""
+        if not self._prepared:
+            self.prepare()
+        if not name or "/" in name or name in (".", "..", OWNED_MARKER):
+            raise OutputConflict(f"{name!r} is not a valid output file name")
+        target = self.path / name
+        if target.is_symlink():
+            raise OutputConflict(
+                f"output {target} is a symlink; prvstream never writes through symlinks: "
+                f"remove it or choose another --out")
+        if name not in self._owned:
+            if target.exists():
+                raise OutputConflict(
+                    f"output {target} exists and was not created by prvstream; move it away, "
+                    f"or choose another --out, so that it is not overwritten")
+            self._owned.add(name)
+            atomic_write(self.path / OWNED_MARKER,
+                         "".join(f"{n}\n" for n in sorted(self._owned)).encode())
+        return target
+
+    def open(self, name: str, mode: Literal["rb+", "ab", "wb", "r+b"] = "ab") -> IO[bytes]:
+        """Open output ``name`` for writing without following a symlink (created if absent)."""
+        target = self.path_for(name)
+        flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags |= {"ab": os.O_WRONLY | os.O_APPEND, "wb": os.O_WRONLY | os.O_TRUNC}.get(
+            mode, os.O_RDWR)
+        fd = os.open(target, flags, 0o644)
+        return os.fdopen(fd, mode)
+
+    def replace(self, name: str, data: bytes) -> Path:
+        """Atomically replace output ``name`` with ``data`` (temp file, fsync, rename)."""
+        target = self.path_for(name)
+        atomic_write(target, data)
+        return target
+
+
+def safe_output_path(path: str | os.PathLike[str],
+                     owned: Iterable[str] = ()) -> Path:
+    """``path`` checked and claimed for writing (see :class:`OutputDir`)."""
+    p = Path(path)
+    return OutputDir(p.parent, owned=owned).path_for(p.name)
+
+
+def open_for_output(path: str | os.PathLike[str],
+                    mode: Literal["rb+", "ab", "wb", "r+b"] = "ab",
+                    owned: Iterable[str] = ()) -> IO[bytes]:
+    """Open ``path`` for writing, refusing symlinks and files prvstream did not create."""
+    p = Path(path)
+    return OutputDir(p.parent, owned=owned).open(p.name, mode)

@@ -1,0 +1,207 @@
+"""Journal round trips, atomic commits, corrupt journals, and output ownership."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon.journal import (
+    OWNED_MARKER,
+    JobJournal,
+    OutputDir,
+    ReportEntry,
+    TaskKey,
+    ThreadKey,
+    ThreadTime,
+    journal_path,
+    open_for_output,
+    safe_output_path,
+)
+from prvstream.daemon.readiness import ReportIdentity
+from prvstream.sinks.errors import JournalCorrupt, OutputConflict
+
+IDENT = ReportIdentity(device=1, inode=2, size=3, mtime_ns=4, head_sha256="ab" * 32)
+
+
+def _filled(tmp_path: Path) -> JobJournal:
+    job = tmp_path / "jobs" / "run 42"
+    j = JobJournal.open(tmp_path / "state", job, root=tmp_path / "jobs")
+    a = TaskKey("node1", 100)
+    b = TaskKey("node2", 100)  # same pid on another host is another task
+    assert j.task_id(a, name="rank0", rank=0) == 1
+    assert j.task_id(b) == 2
+    assert j.task_id(a) == 1
+    assert j.thread_id(a, ThreadKey("cpu", 100)) == 1
+    assert j.thread_id(a, ThreadKey("gpu", 0, 7), name="CUDA-D0.S7") == 2
+    assert j.thread_id(b, ThreadKey("cpu", 5)) == 1
+    assert j.thread_id(a, ThreadKey("cpu", 100)) == 1
+    assert j.value_id(63000006, "gemm") == 1
+    assert j.value_id(63000006, "nccl") == 2
+    assert j.value_id(63000006, "gemm") == 1
+    assert j.value_id(9200, "x", first=5) == 5
+    j.add_report(ReportEntry(identity=IDENT, name="rank0.sqlite", path=str(job / "rank0.sqlite"),
+                             block_start=4096, block_end=9000, records=77,
+                             thread_last=[ThreadTime(1, 1, 123), ThreadTime(1, 2, 456)]))
+    j.state.origin_wall_ns = 1_700_000_000_000_000_000
+    j.state.skew_allowance_ns = 60_000_000_000
+    j.state.prv_length = 9000
+    j.state.summary_length = 321
+    j.state.header_capacity = 4096
+    j.state.outputs = [str(job / "prvstream" / "run 42.prv")]
+    j.quarantine(job / "bad.sqlite", "not an SQLite database", IDENT)
+    return j
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    j = _filled(tmp_path)
+    j.commit()
+    again = JobJournal.load(j.path)
+    assert again is not None
+    assert again.state == j.state
+    assert again.has_report(IDENT)
+    assert again.is_quarantined(str(tmp_path / "jobs" / "run 42" / "bad.sqlite"), IDENT)
+    assert not again.is_quarantined(str(tmp_path / "jobs" / "run 42" / "bad.sqlite"),
+                                    ReportIdentity(1, 2, 4, 4, "00" * 32))
+    # the numbering continues where it stopped
+    assert again.task_id(TaskKey("node2", 100)) == 2
+    assert again.task_id(TaskKey("node3", 1)) == 3
+    assert again.thread_id(TaskKey("node1", 100), ThreadKey("gpu", 0, 8)) == 3
+    assert again.value_id(63000006, "new") == 3
+    assert again.state.numbering.hosts == ["node1", "node2", "node3"]
+
+
+def test_open_reuses_the_same_file(tmp_path: Path) -> None:
+    j = _filled(tmp_path)
+    j.commit()
+    again = JobJournal.open(tmp_path / "state", tmp_path / "jobs" / "run 42")
+    assert again.path == j.path and again.state.reports == j.state.reports
+
+
+def test_journal_name_is_readable_and_unique(tmp_path: Path) -> None:
+    a = journal_path(tmp_path, "/scratch/u/run1/job 7")
+    b = journal_path(tmp_path, "/scratch/v/run1/job 7")
+    assert a != b
+    assert a.name.startswith("run1_job_7-") and a.suffix == ".json"
+    assert journal_path(tmp_path, "/").name.startswith("root-")
+
+
+def test_commit_is_atomic(tmp_path: Path) -> None:
+    """Only a complete journal is ever visible; no temporary file is left behind."""
+    j = _filled(tmp_path)
+    j.commit()
+    first = j.path.read_bytes()
+    inode = j.path.stat().st_ino
+    j.state.prv_length = 12345
+    j.commit()
+    assert j.path.stat().st_ino != inode  # replaced, not rewritten in place
+    assert j.path.read_bytes() != first
+    assert sorted(p.name for p in j.path.parent.iterdir()) == [j.path.name]
+    loaded = JobJournal.load(j.path)
+    assert loaded is not None and loaded.state.prv_length == 12345
+
+
+@pytest.mark.parametrize("content", [
+    pytest.param(b"", id="empty"),
+    pytest.param(b"{\"version\": 1, \"job_dir\": ", id="truncated"),
+    pytest.param(b"\x00\xff garbage", id="garbage"),
+    pytest.param(b"{\"version\": 1, \"job_dir\": \"/x\", \"bogus\": 1}", id="unknown-field"),
+    pytest.param(b"{\"version\": 99, \"job_dir\": \"/x\"}", id="newer"),
+])
+def test_corrupt_journal_names_the_file(tmp_path: Path, content: bytes) -> None:
+    path = journal_path(tmp_path, "/jobs/a")
+    path.write_bytes(content)
+    with pytest.raises(JournalCorrupt) as exc:
+        JobJournal.load(path)
+    assert str(path) in str(exc.value)
+    assert "move" in str(exc.value)
+
+
+def test_missing_journal_is_none(tmp_path: Path) -> None:
+    assert JobJournal.load(tmp_path / "nope.json") is None
+
+
+def test_lock_is_exclusive(tmp_path: Path) -> None:
+    a = JobJournal.open(tmp_path, tmp_path / "job")
+    b = JobJournal.open(tmp_path, tmp_path / "job")
+    a.lock()
+    try:
+        with pytest.raises(OutputConflict, match="another prvstream"):
+            b.lock()
+    finally:
+        a.unlock()
+    b.lock()
+    b.unlock()
+
+
+@settings(max_examples=40, deadline=None)
+@given(labels=st.lists(st.text(max_size=8), max_size=30),
+       tasks=st.lists(st.tuples(st.sampled_from(["n1", "n2", "é"]), st.integers(0, 2**24)),
+                      max_size=20))
+def test_numbering_survives_commit(tmp_path_factory: pytest.TempPathFactory,
+                                   labels: list[str], tasks: list[tuple[str, int]]) -> None:
+    base = tmp_path_factory.mktemp("j")
+    j = JobJournal.open(base, base / "job")
+    ids = {lab: j.value_id(1, lab) for lab in labels}
+    tids = {TaskKey(h, p): j.task_id(TaskKey(h, p)) for h, p in tasks}
+    assert sorted(set(ids.values())) == list(range(1, len(set(labels)) + 1))
+    j.commit()
+    again = JobJournal.load(j.path)
+    assert again is not None
+    assert {lab: again.value_id(1, lab) for lab in labels} == ids
+    assert {k: again.task_id(k) for k in tids} == tids
+
+
+# ----------------------------------------------------------------------------------- outputs
+
+
+def test_output_dir_claims_and_rewrites(tmp_path: Path) -> None:
+    out = OutputDir(tmp_path / "job" / "prvstream").prepare()
+    with out.open("t.prv", "ab") as fh:
+        fh.write(b"#Paraver\n")
+    out.replace("t.pcf", b"DEFAULT_OPTIONS\n")
+    assert (out.path / OWNED_MARKER).read_text().split() == ["t.pcf", "t.prv"]
+    # a new process trusts the sidecar
+    again = OutputDir(out.path).prepare()
+    with again.open("t.prv", "ab") as fh:
+        fh.write(b"1:0\n")
+    assert (out.path / "t.prv").read_bytes() == b"#Paraver\n1:0\n"
+    assert again.replace("t.pcf", b"x") == out.path / "t.pcf"
+
+
+def test_refuses_foreign_file(tmp_path: Path) -> None:
+    (tmp_path / "trace.prv").write_text("user data")
+    with pytest.raises(OutputConflict, match="not created by prvstream"):
+        safe_output_path(tmp_path / "trace.prv")
+    assert (tmp_path / "trace.prv").read_text() == "user data"
+    # listed in the journal's outputs: ours
+    assert safe_output_path(tmp_path / "trace.prv", owned=[str(tmp_path / "trace.prv")])
+
+
+def test_refuses_symlinks(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "t.prv").symlink_to(victim)
+    with pytest.raises(OutputConflict, match="symlink"):
+        open_for_output(out / "t.prv", owned=["t.prv"])
+    linked_dir = tmp_path / "linkdir"
+    linked_dir.symlink_to(out)
+    with pytest.raises(OutputConflict, match="symlink"):
+        OutputDir(linked_dir).prepare()
+    assert victim.read_text() == "keep"
+
+
+def test_open_does_not_follow_a_symlink_planted_after_the_check(tmp_path: Path) -> None:
+    out = OutputDir(tmp_path).prepare()
+    out.path_for("t.prv")
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.symlink(victim, tmp_path / "t.prv")
+    with pytest.raises(OutputConflict):
+        out.open("t.prv")
+    assert victim.read_text() == "keep"

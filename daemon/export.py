@@ -109,6 +109,8 @@ _METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 _NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *_METADATA_TABLES)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _IN_BATCH: Final = 500
+#: events may precede the recorded session start by this much and still trust systemClockNs
+_CLOCK_SLACK_NS: Final = 1_000_000_000
 #: planner value columns that are 64-bit string ids (the others are int32 enums)
 _ID_COLUMNS: Final = frozenset({"shortName", "demangledName", "nameId", "textId", "graphId"})
 
@@ -143,6 +145,8 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``utcEpochNs - systemClockNs`` (exact); without it the earliest converted timestamp is
     anchored on the session start wall time (``utcEpochNs - first_ns``); with no
     ``utcEpochNs`` at all the earliest timestamp becomes wall time 0 (``-first_ns``).
+    A ``systemClockNs`` later than the first event (by more than 1 s) is not on the events'
+    clock (seen in a 2026.1 WSL export: 515396 s vs events at 1.3 s) and is ignored.
     """
 
     path: str
@@ -156,6 +160,8 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     first_ns: int
     last_ns: int
     wall_offset_ns: int
+    #: how wall_offset_ns was derived: "system_clock", "first_event" or "none"
+    clock_anchor: str = "system_clock"
 
 
 class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
@@ -364,10 +370,14 @@ class Export:
                 utc = None if row[0] is None else int(row[0])
                 sysclk = None if row[1] is None else int(row[1])
         first, last = self._time_range()
-        if utc is not None and sysclk is not None:
-            offset = utc - sysclk
+        anchor = "none"
+        if utc is not None and sysclk is not None and sysclk <= first + _CLOCK_SLACK_NS:
+            offset, anchor = utc - sysclk, "system_clock"
         elif utc is not None:
-            offset = utc - first
+            if sysclk is not None:
+                log.warning("system_clock_ignored", path=str(self.path), system_clock_ns=sysclk,
+                            first_ns=first)
+            offset, anchor = utc - first, "first_event"
         else:
             offset = -first
         return ExportMeta(
@@ -382,6 +392,7 @@ class Export:
             first_ns=first,
             last_ns=last,
             wall_offset_ns=offset,
+            clock_anchor=anchor,
         )
 
     def _time_range(self) -> tuple[int, int]:

@@ -1,0 +1,318 @@
+"""Batch conversion (``prvstream convert``): a set of exports -> one globally sorted trace.
+
+Reports are planned first (objects and first appearances, one aggregate scan per table), so
+that ids are canonical and the output depends only on the set of reports, never on their order
+on the command line. Then every report streams its tables in time order and a bounded-fan-in
+k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow from the ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT, open_export
+from prvstream.daemon.merge import Stream, merge_bounded
+from prvstream.daemon.numbering import Numbering
+from prvstream.daemon.pipeline import (
+    PreparedReport,
+    first_seen_of,
+    objects_of,
+    prepare,
+    report_context,
+    report_stream,
+)
+from prvstream.daemon.records import memop_labels, mpi_type, nvtx_type
+from prvstream.sinks import paraver as pv
+from prvstream.sinks.base import Sink
+from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
+
+__all__ = ["ConvertResult", "convert", "event_types", "expand_inputs", "run", "write_trace"]
+
+log = structlog.get_logger(__name__)
+
+#: the header is sized for an end time of this many digits, so it never needs to grow
+_END_DIGITS = 10**17
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion did."""
+
+    reports: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    rows: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+    end_time: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+
+
+def _nsys_export(rep: Path) -> Path:
+    """Export a .nsys-rep beside it with nsys, or explain what to do."""
+    target = rep.with_suffix(".sqlite")
+    if target.exists():
+        return target
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise NotAnExport(
+            f"{rep}: .nsys-rep files need `nsys export --type sqlite`; install Nsight Systems "
+            "(nsys on PATH) or export it yourself and pass the .sqlite"
+        )
+    tmp = target.with_name(f".{target.name}.tmp")
+    subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+                    "--output", str(tmp), str(rep)], check=True, capture_output=True,
+                   timeout=3600)
+    os.replace(tmp, target)
+    return target
+
+
+def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Files, directories (every export inside, outputs excluded) and .nsys-rep files."""
+    found: list[Path] = []
+    failed: list[tuple[str, str]] = []
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_dir():
+            hits = sorted(p for p in path.rglob("*.sqlite")
+                          if "prvstream" not in p.relative_to(path).parts[:-1]
+                          and not p.name.startswith("."))
+            if not hits:
+                failed.append((raw, "directory holds no .sqlite export"))
+            found.extend(hits)
+        elif not path.exists():
+            failed.append((raw, "no such file"))
+        elif path.suffix == ".nsys-rep":
+            try:
+                found.append(_nsys_export(path))
+            except (PrvstreamError, subprocess.SubprocessError) as exc:
+                failed.append((raw, str(exc)))
+        else:
+            found.append(path)
+    unique = sorted({p.resolve(): p for p in found}.values(), key=lambda p: str(p.resolve()))
+    return unique, failed
+
+
+def event_types(numbering: Numbering) -> list[pv.EventTypeSpec]:
+    """The .pcf blocks of a trace, derived from its numbering only."""
+    vals = numbering.values
+
+    def labels(group: str) -> dict[int, str]:
+        return {i + 1: lab for i, lab in enumerate(vals.get(group, []))}
+
+    sync_labels = {k + 1: v for k, v in ENUM_FALLBACKS["CUPTI_SYNC_TYPE"].items()}
+    specs = [
+        pv.EventTypeSpec([(pv.EV_API, "CUDA API call")], labels("api")),
+        pv.EventTypeSpec([(pv.EV_KERNEL, "CUDA kernel"), (pv.EV_NCCL, "NCCL kernel")],
+                         labels("kernel")),
+        pv.EventTypeSpec([(pv.EV_MEMOP, "CUDA memcpy/memset")],
+                         memop_labels(MEMCPY_KIND_SHORT)),
+        pv.EventTypeSpec([(pv.EV_MEMOP_BYTES, "CUDA memory transfer size (B)")]),
+        pv.EventTypeSpec([(pv.EV_SYNC, "CUDA synchronization")], sync_labels),
+        pv.EventTypeSpec([(pv.EV_CORRELATION, "CUDA correlation id")]),
+        pv.EventTypeSpec([(t, label) for t, label, _ in pv.EV_KERNEL_ATTRS]),
+    ]
+    if "nvtx" in vals:
+        domains = ["default domain", *vals.get("nvtx_domain", [])]
+        nvtx_types = [(nvtx_type(k), f"NVTX push/pop {d}") for k, d in enumerate(domains)]
+        nvtx_types += [(pv.EV_NVTX_STARTEND, "NVTX start/end range"),
+                       (pv.EV_NVTX_MARK, "NVTX mark")]
+        specs.append(pv.EventTypeSpec(nvtx_types, labels("nvtx")))
+    if "osrt" in vals:
+        specs.append(pv.EventTypeSpec([(pv.EV_OSRT, "OS runtime call")], labels("osrt")))
+    if "mpi" in vals:
+        types = sorted({mpi_type(lab) for lab in vals["mpi"]})
+        names = {pv.EV_MPI_BASE + 1: "MPI point-to-point", pv.EV_MPI_BASE + 2:
+                 "MPI collective", pv.EV_MPI_BASE + 3: "MPI other"}
+        specs.append(pv.EventTypeSpec([(t, names[t]) for t in types], labels("mpi")))
+    if "graph" in vals:
+        specs.append(pv.EventTypeSpec([(pv.EV_GRAPH, "CUDA graph")], labels("graph")))
+    if "openacc" in vals:
+        specs.append(pv.EventTypeSpec([(pv.EV_OPENACC, "OpenACC")], labels("openacc")))
+    return specs
+
+
+def _check_output(path: Path) -> None:
+    if path.is_symlink():
+        raise OutputConflict(f"{path} is a symlink; choose another output path")
+
+
+def write_trace(
+    reports: list[PreparedReport],
+    out: Path,
+    settings: Settings,
+    sink: Sink | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ConvertResult:
+    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
+
+    Numbering is canonical; ``reports`` may come in any order. Memory: chunk x fan-in.
+    """
+    started = time.perf_counter()
+    result = ConvertResult(reports=[str(r.path) for r in reports])
+    if not reports:
+        raise NotAnExport("no convertible export among the inputs")
+    ordered = sorted(reports, key=lambda r: r.sort_key)
+    origin = min(r.wall_start for r in ordered)
+    seen: dict[str, dict[str, int]] = {}
+    objects = []
+    for rep in ordered:
+        objects.extend(objects_of(rep))
+        for group, labels in first_seen_of(rep, origin).items():
+            target = seen.setdefault(group, {})
+            for label, t in labels.items():
+                if label not in target or t < target[label]:
+                    target[label] = t
+    numbering = Numbering.canonical(objects, seen)
+    if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:
+        log.warning("paraver_object_limit", tasks=len(numbering.tasks),
+                    limit=pv.MAX_PARAVER_OBJECTS)
+
+    def lazy(index: int, rep: PreparedReport) -> Stream:
+        ctx, info = report_context(rep, numbering, origin, index, settings.phase_pattern)
+        try:
+            yield from report_stream(rep, ctx, info, settings.chunk_rows, sink, result.rows)
+        finally:
+            rep.close()
+
+    streams = [lazy(i, rep) for i, rep in enumerate(ordered)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
+    for path in (prv, pcf, row):
+        _check_output(path)
+    capacity = max(settings.header_capacity,
+                   len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
+    tmp = Path(tmp_name)
+    end_time = 0
+    records = 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(b" " * (capacity - 1) + b"\n")
+            for batch, _ in merge_bounded(streams, settings.fan_in):
+                if not len(batch):
+                    continue
+                fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())
+                records += len(batch)
+                end_time = max(end_time, int(batch.keys["time"].max()))
+                if progress is not None:
+                    progress(len(batch))
+            fh.flush()
+            fh.seek(0)
+            # the header is written last: objects registered while streaming are included
+            fh.write(pv.header_line(numbering.layout(), end_time, origin, capacity))
+            fh.flush()
+            os.fsync(fh.fileno())
+        pv.atomic_write(pcf, pv.pcf_text(event_types(numbering)))
+        pv.atomic_write(row, pv.row_text(numbering.layout()))
+        os.replace(tmp, prv)
+        pv.fsync_dir(prv.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    result.records = records
+    result.end_time = end_time
+    result.bytes_written = prv.stat().st_size
+    result.seconds = time.perf_counter() - started
+    result.outputs = [str(prv), str(pcf), str(row)]
+    return result
+
+
+def convert(inputs: Iterable[str], out: Path, settings: Settings, sink: Sink | None = None,
+            progress: Callable[[int], None] | None = None) -> ConvertResult:
+    """Expand, plan and convert; bad inputs are reported and skipped, the rest converted."""
+    paths, failed = expand_inputs(inputs)
+    reports: list[PreparedReport] = []
+    for path in paths:
+        try:
+            reports.append(prepare(path, settings.kinds or None))
+        except PrvstreamError as exc:
+            failed.append((str(path), str(exc)))
+    for path_text, reason in failed:
+        log.error("input_rejected", path=path_text, reason=reason)
+    if not reports:
+        raise NotAnExport("no convertible export among the inputs: " +
+                          "; ".join(f"{p}: {r}" for p, r in failed))
+    try:
+        result = write_trace(reports, out, settings, sink=sink, progress=progress)
+    finally:
+        for rep in reports:
+            rep.close()
+    result.failed = failed
+    return result
+
+
+class _Progress:
+    """A one-line progress counter on a TTY."""
+
+    def __init__(self, total_rows: int) -> None:
+        self.total = max(total_rows, 1)
+        self.done = 0
+        self.last = 0.0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last > 0.2:
+            self.last = now
+            sys.stderr.write(f"\rconverting: {self.done:,} records")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """``prvstream convert``."""
+    out = Path(args.output)
+    for suffix in (".prv", ".pcf", ".row"):
+        if out.name.endswith(suffix):
+            out = out.with_name(out.name[: -len(suffix)])
+    progress = None
+    if sys.stderr.isatty() and not args.no_progress:
+        progress = _Progress(0)
+    sink = _batch_summary_sink(out, settings)
+    try:
+        result = convert(args.inputs, out, settings, sink=sink, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    if sink is not None:
+        _finish_batch_summary(sink, out)
+    rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
+    sys.stdout.write(
+        f"prvstream: {len(result.reports)} report(s) -> {out}.prv "
+        f"({result.records:,} records; {rows}); span {result.end_time / 1e9:.3f} s; "
+        f"{result.seconds:.2f} s wall\n"
+    )
+    for path_text, reason in result.failed:
+        sys.stdout.write(f"prvstream: skipped {path_text}: {reason}\n")
+    return 1 if result.failed else 0
+
+
+def _batch_summary_sink(out: Path, settings: Settings) -> Sink | None:
+    """The efficiency sink for ``OUT.summary.json`` (None until the model is available)."""
+    return None
+
+
+def _finish_batch_summary(sink: Sink, out: Path) -> None:
+    return None
+
+
+def reopen_check(path: Path) -> None:
+    """Open and close an export (used by callers that only validate)."""
+    open_export(path).close()

@@ -1,0 +1,166 @@
+"""Paraver object and value ids: canonical (batch, finalize) or in arrival order (live trace).
+
+Tasks are keyed by (host, pid), never pid alone; threads of a task by ``(0, tid, 0)`` for CPU
+threads and ``(1, device, stream)`` for GPU streams; event values by their label within a value
+group. Canonical order: tasks by MPI rank when known, else host then pid; threads CPU first by
+tid, then streams by (device, stream); values by first appearance in global time, then label.
+A live numbering only ever appends, so published ids never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+import structlog
+
+from prvstream.sinks.paraver import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
+
+__all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
+
+log = structlog.get_logger(__name__)
+
+#: (0, tid, 0) for a CPU thread, (1, device, stream) for a GPU stream
+ThreadKey = tuple[int, int, int]
+
+
+def cpu_key(tid: int) -> ThreadKey:
+    return (0, tid, 0)
+
+
+def gpu_key(device: int, stream: int) -> ThreadKey:
+    return (1, device, stream)
+
+
+class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
+    """One task: its identity, display name and threads (keys and names in id order)."""
+
+    host: str
+    pid: int
+    name: str
+    rank: int | None = None
+    thread_keys: list[ThreadKey] = msgspec.field(default_factory=list)
+    thread_names: list[str] = msgspec.field(default_factory=list)
+
+
+class NumberingState(msgspec.Struct, forbid_unknown_fields=True):
+    """The persisted form of a numbering (journal)."""
+
+    nodes: list[str] = msgspec.field(default_factory=list)
+    tasks: list[TaskEntry] = msgspec.field(default_factory=list)
+    #: value group -> labels in id order (id = position + 1)
+    values: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class Numbering:
+    """Every id published in a trace, with lookups; ``state`` is what the journal stores."""
+
+    def __init__(self, state: NumberingState | None = None) -> None:
+        self.state = state if state is not None else NumberingState()
+        self.nodes = self.state.nodes
+        self.tasks = self.state.tasks
+        self.values = self.state.values
+        self._task_index: dict[tuple[str, int], int] = {}
+        self._value_index: dict[str, dict[str, int]] = {}
+        self.reindex()
+
+    def reindex(self) -> None:
+        """Rebuild lookup dictionaries (after decoding)."""
+        self._task_index = {(t.host, t.pid): i + 1 for i, t in enumerate(self.tasks)}
+        self._value_index = {
+            group: {label: i + 1 for i, label in enumerate(labels)}
+            for group, labels in self.values.items()
+        }
+
+    # -- objects ---------------------------------------------------------------------------
+    def task(self, host: str, pid: int, name: str = "", rank: int | None = None) -> int:
+        """Task id of (host, pid), added at the end if new."""
+        found = self._task_index.get((host, pid))
+        if found is not None:
+            return found
+        if host not in self.nodes:
+            self.nodes.append(host)
+        label = f"{host}:{pid} {name}".strip() if rank is None else f"rank {rank} {host}:{pid}"
+        self.tasks.append(TaskEntry(host=host, pid=pid, name=label, rank=rank))
+        task_id = len(self.tasks)
+        self._task_index[(host, pid)] = task_id
+        if task_id == MAX_PARAVER_OBJECTS + 1:
+            log.warning("paraver_object_limit", tasks=task_id, limit=MAX_PARAVER_OBJECTS)
+        return task_id
+
+    def thread(self, task_id: int, key: ThreadKey, name: str) -> int:
+        """Thread id of ``key`` within a task, added at the end if new."""
+        entry = self.tasks[task_id - 1]
+        tkey = tuple(key)
+        for i, existing in enumerate(entry.thread_keys):
+            if tuple(existing) == tkey:
+                return i + 1
+        entry.thread_keys.append(key)
+        entry.thread_names.append(name)
+        return len(entry.thread_keys)
+
+    def thread_map(self, task_id: int) -> dict[ThreadKey, int]:
+        entry = self.tasks[task_id - 1]
+        return {tuple(k): i + 1 for i, k in enumerate(entry.thread_keys)}  # type: ignore[misc]
+
+    # -- values ----------------------------------------------------------------------------
+    def value(self, group: str, label: str) -> int:
+        """Value id of ``label`` in ``group``, appended if new."""
+        index = self._value_index.setdefault(group, {})
+        found = index.get(label)
+        if found is not None:
+            return found
+        labels = self.values.setdefault(group, [])
+        labels.append(label)
+        index[label] = len(labels)
+        return len(labels)
+
+    # -- views -----------------------------------------------------------------------------
+    def layout(self) -> TraceLayout:
+        node_ids = {host: i + 1 for i, host in enumerate(self.nodes)}
+        return TraceLayout(
+            nodes=list(self.nodes),
+            tasks=[
+                TaskLayout(name=t.name, node=node_ids[t.host], threads=list(t.thread_names))
+                for t in self.tasks
+            ],
+        )
+
+    # -- canonical order -------------------------------------------------------------------
+    @classmethod
+    def canonical(
+        cls,
+        tasks: Iterable[tuple[str, int, str, int | None, dict[ThreadKey, str]]],
+        first_seen: dict[str, dict[str, int]],
+    ) -> Numbering:
+        """Build the canonical numbering of a set of reports.
+
+        ``tasks``: (host, pid, process name, rank, {thread key: thread name}) — the same task
+        may appear several times (capture slices); threads are united. ``first_seen``: value
+        group -> label -> earliest time it appears (trace-relative ns).
+        """
+        merged: dict[tuple[str, int], tuple[str, int | None, dict[ThreadKey, str]]] = {}
+        for host, pid, name, rank, threads in tasks:
+            old = merged.get((host, pid))
+            if old is None:
+                merged[(host, pid)] = (name, rank, dict(threads))
+            else:
+                old[2].update(threads)
+                if rank is not None and old[1] is None:
+                    merged[(host, pid)] = (old[0] or name, rank, old[2])
+
+        def order(item: tuple[tuple[str, int], tuple[str, int | None, dict[ThreadKey, str]]]
+                  ) -> tuple[int, int, str, int]:
+            (host, pid), (_, rank, _) = item
+            return (0, rank, "", 0) if rank is not None else (1, 0, host, pid)
+
+        numbering = cls()
+        for (host, pid), (name, rank, threads) in sorted(merged.items(), key=order):
+            task_id = numbering.task(host, pid, name, rank)
+            for key in sorted(threads):
+                numbering.thread(task_id, key, threads[key])
+        for group in sorted(first_seen):
+            seen = first_seen[group]
+            for label in sorted(seen, key=lambda lab: (seen[lab], lab)):
+                numbering.value(group, label)
+        return numbering

@@ -1,0 +1,322 @@
+"""One report's path through the spine: plan, number, stream every kind, merge, feed sinks.
+
+``prepare`` opens an export and plans it; ``objects_of`` and ``first_seen_of`` give what a
+canonical numbering needs; ``report_stream`` yields the report's records as one time-ordered
+stream (a heap merge of one chunked stream per table) while routing GPU activity and NVTX
+phases, in time order, to a sink. Batch conversion and the daemon both build on these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from prvstream.daemon import tables
+from prvstream.daemon.export import Export, ExportPlan, open_export
+from prvstream.daemon.merge import KEY_DTYPE, PRIO_BEGIN, RecordBatch, Stream, merge
+from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
+from prvstream.daemon.records import (
+    _KIND_RANK,
+    CONVERTERS,
+    ReportContext,
+    stream_name,
+)
+from prvstream.sinks import paraver as pv
+from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, DeviceInfo, ProcessInfo, ReportInfo
+from prvstream.sinks.base import Sink as SinkProtocol
+from prvstream.sinks.errors import UnsupportedSchema
+
+__all__ = [
+    "CONVERTIBLE_KINDS",
+    "ActivityRouter",
+    "PreparedReport",
+    "first_seen_of",
+    "objects_of",
+    "prepare",
+    "report_context",
+    "report_stream",
+]
+
+log = structlog.get_logger(__name__)
+
+#: kinds with a record converter, plus "comm" (launch -> kernel and API -> memcpy arrows)
+CONVERTIBLE_KINDS: tuple[str, ...] = (*CONVERTERS, "comm")
+_GPU_KINDS = ("kernel", "memcpy", "memset")
+#: plan first_seen kind -> value group
+_VALUE_GROUPS = {"kernel": "kernel", "runtime": "api", "osrt": "osrt", "nvtx": "nvtx",
+                 "mpi": "mpi", "graph": "graph", "openacc": "openacc",
+                 "nvtx_domain": "nvtx_domain"}
+
+
+@dataclass
+class PreparedReport:
+    """An opened, planned export and what numbering and ordering need from it."""
+
+    path: Path
+    export: Export
+    plan: ExportPlan
+    host: str
+    kinds: list[str]
+    wall_start: int
+    wall_end: int
+    ranks: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def sort_key(self) -> tuple[int, str, str]:
+        """Canonical report order: wall-clock start, host, file name."""
+        return (self.wall_start, self.host, self.path.name)
+
+    def close(self) -> None:
+        self.export.close()
+
+
+def prepare(path: Path, wanted: list[str] | None = None) -> PreparedReport:
+    """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert."""
+    export = open_export(path)
+    try:
+        meta = export.meta
+        present = tables.available_kinds(export)
+        kinds = [k for k in present if k in CONVERTERS and (not wanted or k in wanted)]
+        if ("kernel" in present or "memcpy" in present) and "runtime" in present and (
+            not wanted or "comm" in wanted
+        ):
+            kinds.append("comm")
+        if not any(k in present for k in (*_GPU_KINDS, "runtime", "sync")):
+            raise UnsupportedSchema(
+                f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
+                "to convert it"
+            )
+        plan = export.plan()
+        try:
+            ranks = export.mpi_ranks()
+        except Exception:
+            ranks = {}
+    except BaseException:
+        export.close()
+        raise
+    return PreparedReport(
+        path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
+        wall_start=meta.first_ns + meta.wall_offset_ns,
+        wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks,
+    )
+
+
+def objects_of(rep: PreparedReport) -> list[tuple[str, int, str, int | None,
+                                                  dict[ThreadKey, str]]]:
+    """(host, pid, name, rank, threads) of every process with activity in the report."""
+    procs = rep.export.processes()
+    names = rep.export.thread_names()
+    out: list[tuple[str, int, str, int | None, dict[ThreadKey, str]]] = []
+    streams_by_pid: dict[int, list[tuple[int, int]]] = {}
+    for g, d, s in rep.plan.streams:
+        streams_by_pid.setdefault(g, []).append((d, s))
+    for gpid in rep.plan.processes:
+        pid = (gpid >> 24) & 0xFFFFFF
+        row = procs.get(gpid)
+        threads: dict[ThreadKey, str] = {}
+        for gtid in rep.plan.threads_by_process.get(gpid, []):
+            tid = gtid & 0xFFFFFF
+            threads[cpu_key(tid)] = f"{names.get(gtid, 'thread')} {tid}"
+        for d, s in streams_by_pid.get(gpid, []):
+            threads[gpu_key(d, s)] = stream_name(d, s)
+        out.append((rep.host, pid, row.name if row else "", rep.ranks.get(gpid), threads))
+    return out
+
+
+def first_seen_of(rep: PreparedReport, origin_wall: int) -> dict[str, dict[str, int]]:
+    """Value group -> label -> earliest trace-relative time the label appears."""
+    offset = rep.export.meta.wall_offset_ns - origin_wall
+    out: dict[str, dict[str, int]] = {}
+    from prvstream.daemon.records import value_label
+
+    for kind, pairs in rep.plan.first_seen.items():
+        group = _VALUE_GROUPS.get(kind)
+        if group is None or (kind != "nvtx_domain" and kind not in rep.kinds):
+            continue
+        if group not in ("graph", "openacc", "nvtx_domain"):
+            rep.export.strings(v for v, _ in pairs if v >= 0)
+        seen = out.setdefault(group, {})
+        for value, start in pairs:
+            if group == "nvtx_domain" and value == 0:
+                continue
+            label = value_label(rep.export, group, value)
+            t = start + offset
+            if label not in seen or t < seen[label]:
+                seen[label] = t
+    return out
+
+
+def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
+                   report_index: int, phase_pattern: str) -> tuple[ReportContext, ReportInfo]:
+    """Register the report's objects in ``numbering`` and build its conversion context."""
+    meta = rep.export.meta
+    offset = meta.wall_offset_ns - origin_wall
+    objects = objects_of(rep)
+    process_index: dict[int, int] = {}
+    processes: list[ProcessInfo] = []
+    ctx = ReportContext(
+        export=rep.export, numbering=numbering, host=rep.host, offset=offset,
+        report_index=report_index, end_rel=meta.last_ns + offset, process_index=process_index,
+        device_index={}, phase_pattern=re.compile(phase_pattern),
+        thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
+    )
+    for gpid, (host, pid, name, rank, threads) in zip(rep.plan.processes, objects, strict=True):
+        task = numbering.task(host, pid, name, rank)
+        ctx.bind_task(gpid, task)
+        for key in sorted(threads):
+            numbering.thread(task, key, threads[key])
+        process_index[gpid] = len(processes)
+        processes.append(ProcessInfo(host=host, pid=pid, name=name, rank=rank))
+    devices: list[DeviceInfo] = []
+    for gpid, device in sorted({(g, d) for g, d, _ in rep.plan.streams}):
+        ctx.device_index[(gpid, device)] = len(devices)
+        devices.append(DeviceInfo(host=rep.host, device=device,
+                                  process=process_index.get(gpid, 0),
+                                  rank=rep.ranks.get(gpid)))
+    info = ReportInfo(
+        report_id=rep.path.name, processes=processes, devices=devices,
+        origin_wall_ns=origin_wall, start_ns=meta.first_ns + offset,
+        end_ns=meta.last_ns + offset, phase_names=ctx.phase_names,
+    )
+    return ctx, info
+
+
+class ActivityRouter:
+    """Holds GPU activity and phases until the merge horizon passes them, then feeds a sink
+    in start order (phases first at equal starts)."""
+
+    def __init__(self, sink: SinkProtocol | None) -> None:
+        self.sink = sink
+        self._activity: list[np.ndarray] = []
+        self._phases: list[np.ndarray] = []
+
+    def add(self, activity: np.ndarray | None, phases: np.ndarray | None) -> None:
+        if self.sink is None:
+            return
+        if activity is not None and len(activity):
+            self._activity.append(activity)
+        if phases is not None and len(phases):
+            self._phases.append(phases)
+
+    @staticmethod
+    def _split(parts: list[np.ndarray], dtype: np.dtype, horizon: int | None
+               ) -> tuple[np.ndarray, list[np.ndarray]]:
+        if not parts:
+            return np.empty(0, dtype=dtype), []
+        allp = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if horizon is None:
+            ready, rest = allp, []
+        else:
+            mask = allp["start"] < horizon
+            ready, rest = allp[mask], ([allp[~mask]] if not mask.all() else [])
+        order = np.argsort(ready["start"], kind="stable")
+        return ready[order], rest
+
+    def release(self, horizon: int | None) -> None:
+        """Feed everything that starts before ``horizon`` (everything when None)."""
+        if self.sink is None:
+            return
+        phases, self._phases = self._split(self._phases, PHASE_DTYPE, horizon)
+        activity, self._activity = self._split(self._activity, ACTIVITY_DTYPE, horizon)
+        if len(phases):
+            self.sink.add_phases(phases)
+        if len(activity):
+            self.sink.add_activity(activity)
+
+
+_COMM_SQL = """
+SELECT r.start, r.globalTid, g.start, g.globalPid, g.deviceId, g.streamId, {size}, {tag}
+FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
+JOIN {table} AS g
+  ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
+"""
+_COMM_DTYPE = np.dtype([("start", "<i8"), ("gtid", "<i8"), ("recv", "<i8"), ("gpid", "<i8"),
+                        ("device", "<i4"), ("stream", "<i4"), ("size", "<i8"),
+                        ("tag", "<i8")])
+
+
+def comm_sql(export: Export) -> str | None:
+    """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
+    parts = []
+    if export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
+        parts.append(_COMM_SQL.format(size="0", tag=pv.TAG_LAUNCH_KERNEL,
+                                      table="CUPTI_ACTIVITY_KIND_KERNEL"))
+    if export.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
+        parts.append(_COMM_SQL.format(size="COALESCE(g.bytes, 0)", tag=pv.TAG_API_MEMCPY,
+                                      table="CUPTI_ACTIVITY_KIND_MEMCPY"))
+    if not parts or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
+        return None
+    return " UNION ALL ".join(parts) + " ORDER BY 1"
+
+
+def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> Stream:
+    from prvstream.daemon.records import _keys, _lines
+
+    sql = comm_sql(ctx.export)
+    if sql is None:
+        return
+    cur = ctx.export.connection.cursor()
+    try:
+        cur.execute(sql)
+        while rows := cur.fetchmany(chunk_rows):
+            chunk = np.array(rows, dtype=_COMM_DTYPE)
+            send = chunk["start"] + ctx.offset
+            recv = chunk["recv"] + ctx.offset
+            s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
+            r_task, r_thread = ctx.gpu_objects(chunk)
+            lines = _lines("3:0:1:%d:%d:%d:%d:0:1:%d:%d:%d:%d:%d:%d", s_task, s_thread, send,
+                           send, r_task, r_thread, recv, recv, chunk["size"], chunk["tag"])
+            seq = ctx.next_seq("comm", len(chunk))
+            keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
+                         ctx.report_index, seq)
+            counts["comm"] += len(chunk)
+            yield RecordBatch(keys, lines), int(send[-1])
+    finally:
+        cur.close()
+
+
+def _kind_stream(ctx: ReportContext, kind: str, chunk_rows: int, router: ActivityRouter,
+                 counts: Counter[str]) -> Stream:
+    convert = CONVERTERS[kind]
+    for chunk in tables.stream(ctx.export, kind, chunk_rows):
+        if not len(chunk):
+            continue
+        result = convert(ctx, chunk)
+        router.add(result.activity, result.phases)
+        counts[kind] += result.rows
+        yield result.records, int(chunk["start"].max()) + ctx.offset
+
+
+def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chunk_rows: int,
+                  sink: SinkProtocol | None, counts: Counter[str]) -> Stream:
+    """The report's records in time order, with the sink fed along the way."""
+    router = ActivityRouter(sink)
+    if sink is not None:
+        sink.begin_report(info)
+    streams: list[Stream] = []
+    for kind in rep.kinds:
+        if kind == "comm":
+            streams.append(_comm_stream(ctx, chunk_rows, counts))
+        else:
+            streams.append(_kind_stream(ctx, kind, chunk_rows, router, counts))
+    for batch, watermark in merge(streams):
+        router.release(watermark)
+        yield batch, watermark
+    router.release(None)
+    if sink is not None:
+        sink.end_report()
+
+
+def empty_keys() -> np.ndarray:
+    return np.empty(0, dtype=KEY_DTYPE)
+
+
+def iter_lines(stream: Stream) -> Iterator[RecordBatch]:
+    for batch, _ in stream:
+        yield batch

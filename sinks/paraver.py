@@ -1,0 +1,300 @@
+"""Paraver trace format: header, .pcf, .row, record line templates, and crash-safe file output.
+
+Knows the format rules learned from Paraver's loader: ``_ns`` times relative to the trace
+origin, integer fields only, no trailing spaces on records, a fixed-capacity header padded with
+``,0`` and spaces so it can be rewritten in place, value keys that fit in int32.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+__all__ = [
+    "EV_API",
+    "EV_CORRELATION",
+    "EV_GRAPH",
+    "EV_KERNEL",
+    "EV_KERNEL_ATTRS",
+    "EV_MEMOP",
+    "EV_MEMOP_BYTES",
+    "EV_MPI_BASE",
+    "EV_NCCL",
+    "EV_NVTX_MARK",
+    "EV_NVTX_PUSHPOP_BASE",
+    "EV_NVTX_STARTEND",
+    "EV_OPENACC",
+    "EV_OSRT",
+    "EV_SYNC",
+    "MAX_PARAVER_OBJECTS",
+    "STATE_COMM",
+    "STATE_IDLE",
+    "STATE_MEMORY",
+    "STATE_NAMES",
+    "STATE_RUNNING",
+    "STATE_SYNC",
+    "TAG_API_MEMCPY",
+    "TAG_LAUNCH_KERNEL",
+    "EventTypeSpec",
+    "TaskLayout",
+    "TraceLayout",
+    "atomic_write",
+    "header_line",
+    "pcf_text",
+    "rewrite_header",
+    "row_text",
+    "sanitize_label",
+]
+
+log = structlog.get_logger(__name__)
+
+# Event types (interoperable with BSC's GPU cfgs and BasicAnalysis; see docs/mapping.md).
+EV_API = 63000000
+EV_MEMOP = 63000001
+EV_MEMOP_BYTES = 63000002
+EV_SYNC = 63000004
+EV_KERNEL = 63000006
+EV_NCCL = 63000007
+EV_GRAPH = 63000100
+EV_OPENACC = 63000200
+#: kernel attributes emitted with each kernel begin: (type, label, column of the kernel batch)
+EV_KERNEL_ATTRS: tuple[tuple[int, str, str], ...] = (
+    (9101, "CUDA kernel grid X", "grid_x"),
+    (9102, "CUDA kernel grid Y", "grid_y"),
+    (9103, "CUDA kernel grid Z", "grid_z"),
+    (9104, "CUDA kernel block X", "block_x"),
+    (9105, "CUDA kernel block Y", "block_y"),
+    (9106, "CUDA kernel block Z", "block_z"),
+    (9107, "CUDA kernel static shared memory (B)", "smem_static"),
+    (9108, "CUDA kernel dynamic shared memory (B)", "smem_dynamic"),
+    (9109, "CUDA kernel registers per thread", "registers"),
+)
+EV_CORRELATION = 9200
+EV_OSRT = 9300
+EV_NVTX_STARTEND = 9004
+EV_NVTX_MARK = 9005
+#: NVTX push/pop ranges of domain k (0 = default domain) use type 9600 + 100*k
+EV_NVTX_PUSHPOP_BASE = 9600
+EV_MPI_BASE = 50000000
+#: metric m of GPU metrics uses type 9400 + m
+EV_GPU_METRIC_BASE = 9400
+
+TAG_LAUNCH_KERNEL = 55001
+TAG_API_MEMCPY = 55002
+
+STATE_IDLE = 0
+STATE_RUNNING = 1
+STATE_SYNC = 5
+STATE_COMM = 13
+STATE_MEMORY = 17
+STATE_NAMES: dict[int, str] = {
+    0: "Idle",
+    1: "Running",
+    2: "Not created",
+    3: "Waiting a message",
+    4: "Blocking Send",
+    5: "Synchronization",
+    6: "Test/Probe",
+    7: "Scheduling and Fork/Join",
+    8: "Wait/WaitAll",
+    9: "Blocked",
+    10: "Immediate Send",
+    11: "Immediate Receive",
+    12: "I/O",
+    13: "Group Communication",
+    14: "Tracing Disabled",
+    15: "Others",
+    16: "Send Receive",
+    17: "Memory transfer",
+}
+_STATE_COLORS: dict[int, tuple[int, int, int]] = {
+    0: (117, 195, 255),
+    1: (0, 0, 255),
+    2: (255, 255, 255),
+    3: (255, 0, 0),
+    4: (255, 0, 174),
+    5: (179, 0, 0),
+    6: (0, 255, 0),
+    7: (255, 255, 0),
+    8: (235, 0, 0),
+    9: (0, 162, 0),
+    10: (255, 0, 255),
+    11: (100, 100, 177),
+    12: (172, 174, 41),
+    13: (255, 144, 26),
+    14: (2, 255, 177),
+    15: (192, 224, 0),
+    16: (66, 66, 66),
+    17: (189, 168, 100),
+}
+
+#: default Paraver builds hold at most this many tasks or threads
+MAX_PARAVER_OBJECTS = 65535
+#: the largest value key the .pcf may hold
+MAX_VALUE_KEY = 2**31 - 1
+_LABEL_LIMIT = 400
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def sanitize_label(text: str) -> str:
+    """Make a name safe for one .pcf/.row line: no control characters, bounded length."""
+    clean = _CONTROL.sub(" ", text).strip()
+    if len(clean) > _LABEL_LIMIT:
+        clean = clean[: _LABEL_LIMIT - 3] + "..."
+    return clean or "(unnamed)"
+
+
+@dataclass(slots=True)
+class TaskLayout:
+    """One Paraver task (a process): its name, node (1-based) and thread names in id order."""
+
+    name: str
+    node: int
+    threads: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TraceLayout:
+    """The object tree of a trace: one application, its tasks, their threads, the nodes."""
+
+    nodes: list[str] = field(default_factory=list)
+    tasks: list[TaskLayout] = field(default_factory=list)
+
+    def thread_count(self) -> int:
+        return sum(len(t.threads) for t in self.tasks)
+
+
+@dataclass(slots=True)
+class EventTypeSpec:
+    """One EVENT_TYPE block of the .pcf: type ids sharing one value table."""
+
+    types: list[tuple[int, str]]
+    values: Mapping[int, str] = field(default_factory=dict)
+    gradient: int = 0
+
+
+def _header_body(layout: TraceLayout, end_time: int, origin_wall_ns: int) -> str:
+    when = dt.datetime.fromtimestamp(origin_wall_ns / 1e9, tz=dt.UTC)
+    stamp = when.strftime("%d/%m/%Y at %H:%M")
+    nodes = ",".join("1" for _ in layout.nodes) or "1"
+    tasks = ",".join(f"{max(len(t.threads), 1)}:{t.node}" for t in layout.tasks) or "1:1"
+    ntasks = max(len(layout.tasks), 1)
+    return (
+        f"#Paraver ({stamp}):{max(end_time, 0)}_ns:{max(len(layout.nodes), 1)}({nodes})"
+        f":1:{ntasks}({tasks}),0"
+    )
+
+
+def header_line(
+    layout: TraceLayout, end_time: int, origin_wall_ns: int, capacity: int = 0
+) -> bytes:
+    """The .prv header, padded with spaces to ``capacity`` bytes (newline included).
+
+    Raises ``ValueError`` when the header does not fit; callers then rewrite the file with a
+    larger capacity.
+    """
+    body = _header_body(layout, end_time, origin_wall_ns).encode()
+    if capacity <= 0:
+        return body + b"\n"
+    if len(body) + 1 > capacity:
+        raise ValueError(f"header needs {len(body) + 1} bytes, capacity is {capacity}")
+    return body + b" " * (capacity - len(body) - 1) + b"\n"
+
+
+def rewrite_header(path: Path, header: bytes) -> None:
+    """Overwrite the first ``len(header)`` bytes in place (the line keeps its byte length)."""
+    with path.open("r+b") as fh:
+        old = fh.read(len(header))
+        if len(old) != len(header) or old[-1:] != b"\n":
+            raise ValueError(f"{path}: header capacity changed; rewrite the trace")
+        fh.seek(0)
+        fh.write(header)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def pcf_text(event_types: Iterable[EventTypeSpec]) -> str:
+    """The .pcf file: display defaults, states with colours, one block per event type group."""
+    out: list[str] = [
+        "DEFAULT_OPTIONS",
+        "",
+        "LEVEL               THREAD",
+        "UNITS               NANOSEC",
+        "LOOK_BACK           100",
+        "SPEED               1",
+        "FLAG_ICONS          ENABLED",
+        "NUM_OF_STATE_COLORS 1000",
+        "YMAX_SCALE          37",
+        "",
+        "",
+        "DEFAULT_SEMANTIC",
+        "",
+        "THREAD_FUNC          State As Is",
+        "",
+        "",
+        "STATES",
+    ]
+    out += [f"{key:<4}{name}" for key, name in STATE_NAMES.items()]
+    out += ["", "", "STATES_COLOR"]
+    out += [f"{key:<4}{{{r},{g},{b}}}" for key, (r, g, b) in _STATE_COLORS.items()]
+    out.append("")
+    for spec in event_types:
+        out += ["", "EVENT_TYPE"]
+        for type_id, label in spec.types:
+            out.append(f"{spec.gradient}    {type_id}    {sanitize_label(label)}")
+        if spec.values:
+            out.append("VALUES")
+            for key in sorted(spec.values):
+                if not 0 <= key <= MAX_VALUE_KEY:
+                    raise ValueError(f"value key {key} does not fit in int32")
+                out.append(f"{key}      {sanitize_label(spec.values[key])}")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def row_text(layout: TraceLayout) -> str:
+    """The .row file: CPU, node, task and thread names in object order."""
+    nodes = layout.nodes or ["node"]
+    out = [f"LEVEL CPU SIZE {len(nodes)}"]
+    out += [f"CPU {i}.1 {sanitize_label(n)}" for i, n in enumerate(nodes, 1)]
+    out += ["", f"LEVEL NODE SIZE {len(nodes)}"]
+    out += [sanitize_label(n) for n in nodes]
+    out += ["", f"LEVEL TASK SIZE {len(layout.tasks)}"]
+    out += [sanitize_label(t.name) for t in layout.tasks]
+    out += ["", f"LEVEL THREAD SIZE {layout.thread_count()}"]
+    out += [sanitize_label(name) for t in layout.tasks for name in t.threads]
+    return "\n".join(out) + "\n"
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it into place.
+
+    Refuses to replace a symlink (outputs are never written through links).
+    """
+    if path.is_symlink():
+        from prvstream.sinks.errors import OutputConflict
+
+        raise OutputConflict(f"{path} is a symlink; prvstream never writes through links")
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("wb") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,716 @@
+"""``prvstream synth``: synthetic Nsight Systems SQLite exports with a real nsys version's schema.
+
+Each export is one rank (one capture range with ``slices``) of a data-parallel training loop;
+see docs/synth.md for the model. Output is deterministic for a given spec (seed included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import numpy as np
+import structlog
+
+from prvstream.daemon._nsys_schema import DDL, TABLE_ORDER
+from prvstream.daemon._synth_model import (
+    API_NAMES,
+    KERNELS,
+    OP_KERNEL,
+    OP_MEMCPY,
+    OP_MEMSET,
+    SLOT_API,
+    SLOT_PUSH,
+    STREAM_IDS,
+    Template,
+    schedule,
+    template,
+)
+from prvstream.daemon.config import Settings
+from prvstream.sinks.errors import ConfigError
+
+__all__ = [
+    "NSYS_VERSIONS",
+    "SynthSpec",
+    "export_name",
+    "iter_job",
+    "rank_layout",
+    "rows_per_step",
+    "run",
+    "static_rows",
+    "steps_for_rows",
+    "write_export",
+    "write_job",
+]
+
+log = structlog.get_logger(__name__)
+
+NsysVersion = Literal["2022.2", "2024.5", "2026.2"]
+#: product version, schema version, schema checksum (as the metadata table records them)
+NSYS_VERSIONS: dict[str, tuple[str, str, str]] = {
+    "2022.2": ("2022.2.1.31", "2.9.1", "3609505966 99921"),
+    "2024.5": ("2024.5.1.113", "3.13.2", "1271772049 158887"),
+    "2026.2": ("2026.2.1.210", "3.25.0", "306658267 182758"),
+}
+_VM = 1 << 48                 # the VM/host-instance bits real globalPid values carry
+_EPOCH0 = 1_735_689_600 * 10**9   # 2025-01-01T00:00:00Z
+_LEAD_NS = 150_000_000        # session start precedes the first step by at most this
+_MAX_SKEW_NS = 40_000_000     # ranks start their sessions within this of each other
+_NOISE = 0.03                 # per-rank relative noise on durations (bounded)
+_OSRT = ("read", "ioctl", "pthread_mutex_lock", "pthread_cond_wait")
+_MAIN_THREAD, _LOADER_THREAD, _EVT_THREAD = "python3", "pt_data_worker", "cuda-EvtHandlr"
+
+
+class SynthSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """What to generate. Every field has a default; the CLI fills the first ones."""
+
+    ranks: int = 2
+    #: hosts the ranks are spread over (None: one host per rank)
+    hosts: int | None = None
+    gpus_per_rank: int = 1
+    #: captured training steps per export
+    steps: int = 10
+    #: capture ranges per rank (one export each), separated by as many uncaptured steps
+    slices: int = 1
+    nsys_version: NsysVersion = "2026.2"
+    seed: int = 0
+    #: compute-time factor of the slow rank
+    imbalance: float = 1.25
+    #: which rank is slow (None: the last one)
+    slow_rank: int | None = None
+    #: transformer layers per step (= gradient buckets, one NCCL all-reduce each)
+    layers: int = 12
+    steps_per_epoch: int = 100
+    #: write TARGET_INFO_GPU (None: as real exports of that version do; 2026.2 omits it)
+    target_info_gpu: bool | None = None
+    #: write MPI_RANKS (globalTid -> rank), as nsys does when MPI is traced
+    mpi_ranks_table: bool = True
+    #: steps generated and inserted at once (memory is O(batch_steps))
+    batch_steps: int = 64
+
+    def check(self) -> None:
+        """Raise ConfigError naming the bad field."""
+        for name in ("ranks", "gpus_per_rank", "steps", "slices", "layers", "steps_per_epoch",
+                     "batch_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"synth: {name} must be at least 1, got {getattr(self, name)}")
+        if self.hosts is not None and not 1 <= self.hosts <= self.ranks:
+            raise ConfigError(f"synth: hosts must be between 1 and ranks ({self.ranks}), "
+                              f"got {self.hosts}")
+        if self.imbalance < 1.0:
+            raise ConfigError(f"synth: imbalance is a slowdown factor >= 1, got {self.imbalance}")
+        if self.slow_rank is not None and not 0 <= self.slow_rank < self.ranks:
+            raise ConfigError(f"synth: slow_rank must name a rank below {self.ranks}")
+        if self.nsys_version not in NSYS_VERSIONS:
+            raise ConfigError(f"synth: nsys_version must be one of {sorted(NSYS_VERSIONS)}")
+
+    @property
+    def slow(self) -> int:
+        return self.ranks - 1 if self.slow_rank is None else self.slow_rank
+
+    @property
+    def has_gpu_table(self) -> bool:
+        if self.target_info_gpu is None:
+            return self.nsys_version != "2026.2"
+        return self.target_info_gpu
+
+
+class RankLayout(msgspec.Struct, frozen=True):
+    """Where a rank runs: host name, pid, local GPU ids, clock."""
+
+    rank: int
+    host: str
+    host_index: int
+    pid: int
+    devices: tuple[int, ...]
+    skew_ns: int          # session start after the job's reference instant
+    clock_base: int       # session-clock value at the job's reference instant
+
+
+def rank_layout(spec: SynthSpec, rank: int) -> RankLayout:
+    """Host, pid, GPUs and clock of ``rank`` (ranks fill hosts in order)."""
+    hosts = spec.hosts or spec.ranks
+    per_host = math.ceil(spec.ranks / hosts)
+    host_index, local = divmod(rank, per_host)
+    rng = np.random.default_rng([spec.seed, 7, rank])
+    host_rng = np.random.default_rng([spec.seed, 11, host_index])
+    pid = 20_000 + int(host_rng.integers(0, 40_000)) + 97 * local
+    skew = int(rng.integers(0, _MAX_SKEW_NS))
+    if spec.nsys_version == "2026.2":
+        base = int(host_rng.integers(10, 5_000)) * 10**9 + int(host_rng.integers(0, 10**9))
+    else:   # the session clock starts near zero: the earliest event is at a few tens of ms
+        base = int(rng.integers(20_000_000, 80_000_000)) - skew
+    g = spec.gpus_per_rank
+    return RankLayout(rank=rank, host=f"node{host_index:02d}", host_index=host_index, pid=pid,
+                      devices=tuple(range(local * g, local * g + g)), skew_ns=skew,
+                      clock_base=base)
+
+
+def export_name(spec: SynthSpec, rank: int, slice_: int = 0) -> str:
+    """``rank0003.sqlite``, or ``rank0003.slice02.sqlite`` when there are several slices."""
+    if spec.slices == 1:
+        return f"rank{rank:04d}.sqlite"
+    return f"rank{rank:04d}.slice{slice_:02d}.sqlite"
+
+
+# --------------------------------------------------------------------------- durations
+
+
+def _batches(spec: SynthSpec) -> list[tuple[int, int]]:
+    return [(b, min(spec.batch_steps, spec.steps - b * spec.batch_steps))
+            for b in range(math.ceil(spec.steps / spec.batch_steps))]
+
+
+def _base(spec: SynthSpec, t: Template, slice_: int, batch: int, n: int) -> tuple[np.ndarray, ...]:
+    """Job-wide durations of a batch (every rank draws the same): cpu, cpu gaps, gpu, gpu gaps."""
+    rng = np.random.default_rng([spec.seed, 1, slice_, batch])
+    cpu = (t.slot_ns * rng.lognormal(0.0, 0.15, (n, len(t.slot_ns)))).astype(np.int64)
+    gap = rng.integers(300, 2_500, (n, len(t.slot_ns)), dtype=np.int64)
+    gpu = (t.op_ns * rng.lognormal(0.0, 0.05, (n, len(t.op_ns)))).astype(np.int64)
+    ggap = rng.integers(800, 2_500, (n, len(t.op_ns)), dtype=np.int64)
+    loader = rng.integers(200_000, 900_000, n, dtype=np.int64)   # between steps
+    return cpu, gap, gpu, ggap, loader
+
+
+def _factor(spec: SynthSpec, rank: int | None) -> float:
+    if rank is None:   # the bound: the slowest compute factor
+        return spec.imbalance if spec.ranks > 1 or spec.slow == 0 else 1.0
+    return spec.imbalance if rank == spec.slow else 1.0
+
+
+def _durations(spec: SynthSpec, t: Template, slice_: int, batch: int, n: int,
+               rank: int | None) -> tuple[np.ndarray, ...]:
+    """Durations for ``rank``, or (rank None) their upper bound over all ranks."""
+    cpu, gap, gpu, ggap, loader = _base(spec, t, slice_, batch, n)
+    scale = np.where(t.op_scaled == 1, _factor(spec, rank), 1.0)
+    noisy = t.op_kernel != len(KERNELS) - 1     # NCCL transfer time is common to all ranks
+    if rank is None:
+        up = 1.0 + _NOISE
+        return ((cpu * up).astype(np.int64), (gap * up).astype(np.int64),
+                (gpu * scale * np.where(noisy, up, 1.0)).astype(np.int64),
+                (ggap * up).astype(np.int64), loader)
+    rng = np.random.default_rng([spec.seed, 2, slice_, batch, rank])
+    def jitter(shape: tuple[int, ...]) -> np.ndarray:
+        return 1.0 + rng.uniform(0.0, _NOISE, shape)
+    g = gpu * scale * np.where(noisy, jitter(gpu.shape), 1.0)
+    return ((cpu * jitter(cpu.shape)).astype(np.int64), (gap * jitter(gap.shape)).astype(np.int64),
+            g.astype(np.int64), (ggap * jitter(ggap.shape)).astype(np.int64), loader)
+
+
+@lru_cache(maxsize=64)
+def _slice_timing(spec: SynthSpec, slice_: int) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
+    """Wall-clock start of the slice's first step, its batches' start offsets, and per-batch
+    (step starts relative to the slice start, NCCL global-ready times)."""
+    t = template(spec.layers, spec.gpus_per_rank)
+    if slice_ == 0:
+        start = _EPOCH0 + (spec.seed % 100_000) * 3_600 * 10**9 + _LEAD_NS
+    else:
+        prev_start, _, prev = _slice_timing(spec, slice_ - 1)
+        starts = prev[-1][0]
+        end = prev_start + int(starts[-1]) + int(prev[-1][2])
+        start = end + (end - prev_start)          # as many uncaptured steps as captured ones
+    offsets: list[int] = []
+    per_batch: list[Any] = []
+    offset = 0
+    for b, n in _batches(spec):
+        cpu, gap, gpu, ggap, loader = _durations(spec, t, slice_, b, n, None)
+        s = schedule(t, cpu, gap, gpu, ggap, None)
+        length = s.cpu_end + loader
+        rel = offset + np.concatenate([[0], np.cumsum(length)[:-1]])
+        offsets.append(offset)
+        per_batch.append((rel, s.bucket_ready, int(length[-1])))
+        offset += int(length.sum())
+    return start, tuple(offsets), tuple(per_batch)
+
+
+# --------------------------------------------------------------------------- static rows
+
+
+def _strings(spec: SynthSpec) -> list[str]:
+    names: list[str] = list(API_NAMES)
+    for short, demangled, *_ in KERNELS:
+        names += [short, demangled, _mangle(short)]
+    names += [*_OSRT, _MAIN_THREAD, _LOADER_THREAD, _EVT_THREAD, "ncclAllReduce"]
+    return list(dict.fromkeys(names))   # unique, first-seen order
+
+
+def _mangle(short: str) -> str:
+    if short.startswith("nccl"):
+        return f"_Z{len(short)}{short}24ncclDevKernelArgsStorageILm4096EE"
+    if short.startswith(("ampere_", "sm80_", "cutlass_")):   # extern "C" kernels
+        return short
+    return f"_ZN2at6native{len(short)}{short}IfEEvT_"
+
+
+_ENUMS: dict[str, list[tuple[int, str, str]]] = {
+    "ENUM_CUDA_MEMCPY_OPER": [(i, f"CUDA_MEMCPY_KIND_{n}", label) for i, n, label in (
+        (0, "UNKNOWN", "Unknown"), (1, "HTOD", "Host-to-Device"), (2, "DTOH", "Device-to-Host"),
+        (3, "HTOA", "Host-to-Array"), (4, "ATOH", "Array-to-Host"), (5, "ATOA", "Array-to-Array"),
+        (6, "ATOD", "Array-to-Device"), (7, "DTOA", "Device-to-Array"),
+        (8, "DTOD", "Device-to-Device"), (9, "HTOH", "Host-to-Host"), (10, "PTOP", "Peer-to-Peer"),
+        (11, "UVM_HTOD", "Unified Host-to-Device"), (12, "UVM_DTOH", "Unified Device-to-Host"),
+        (13, "UVM_DTOD", "Unified Device-to-Device"))],
+    "ENUM_CUDA_KERNEL_LAUNCH_TYPE": [
+        (0, "CUDA_KERNEL_LAUNCH_TYPE_UNKNOWN", "Unknown"),
+        (1, "CUDA_KERNEL_LAUNCH_TYPE_REGULAR", "Regular"),
+        (2, "CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE", "Coop Single Device"),
+        (3, "CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE", "Coop Multi Device")],
+    "ENUM_NSYS_EVENT_TYPE": [(i, n, n) for i, n in (
+        (27, "Command"), (33, "NvtxCategory"), (34, "NvtxMark"), (35, "NvtxPushRange"),
+        (36, "NvtxPopRange"), (37, "NvtxStartRange"), (38, "NvtxEndRange"), (39, "NvtxThread"),
+        (59, "NvtxPushPopRange"), (60, "NvtxStartEndRange"), (75, "NvtxDomainCreate"),
+        (76, "NvtxDomainDestroy"))],
+    "ENUM_NSYS_EVENT_CLASS": [
+        (0, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime"),
+        (1, "TRACE_PROCESS_EVENT_CUDA_DRIVER", "CUDA driver"),
+        (26, "TRACE_PROCESS_EVENT_CUDA_API", "CUDA API"),
+        (27, "TRACE_PROCESS_EVENT_OS_RUNTIME", "OSRT runtime"),
+        (31, "TRACE_PROCESS_EVENT_OS_RUNTIME_START", "OSRT start"),
+        (32, "TRACE_PROCESS_EVENT_OS_RUNTIME_FINISH", "OSRT finish")],
+    "ENUM_CUPTI_SYNC_TYPE": [
+        (i, f"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_{n}", label) for i, n, label in (
+        (0, "UNKNOWN", "Unknown"), (1, "EVENT_SYNCHRONIZE", "Event sync"),
+        (2, "STREAM_WAIT_EVENT", "Stream wait sync"), (3, "STREAM_SYNCHRONIZE", "Stream sync"),
+        (4, "CONTEXT_SYNCHRONIZE", "Context sync"))],
+    "ENUM_CUDA_MEM_KIND": [(i, f"CUDA_MEMOPR_MEMORY_KIND_{n}", label) for i, n, label in (
+        (0, "PAGEABLE", "Pageable"), (1, "PINNED", "Pinned"), (2, "DEVICE", "Device"),
+        (3, "ARRAY", "Array"), (4, "MANAGED", "Managed"), (5, "DEVICE_STATIC", "Device Static"),
+        (6, "MANAGED_STATIC", "Managed Static"), (7, "UNKNOWN", "Unknown"))],
+    "ENUM_CUPTI_STREAM_TYPE": [
+        (0, "CUPTI_ACTIVITY_STREAM_CREATE_FLAG_UNKNOWN", "Unknown stream type"),
+        (1, "CUPTI_ACTIVITY_STREAM_CREATE_FLAG_DEFAULT", "Default stream"),
+        (2, "CUPTI_ACTIVITY_STREAM_CREATE_FLAG_NON_BLOCKING", "Non-blocking stream"),
+        (3, "CUPTI_ACTIVITY_STREAM_CREATE_FLAG_NULL", "Null stream")],
+}
+
+
+def _iso(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 10**9))
+
+
+def _metadata(spec: SynthSpec, lay: RankLayout, name: str, end_wall: int,
+              elapsed: str) -> list[tuple[str, str]]:
+    product, schema, cksum = NSYS_VERSIONS[spec.nsys_version]
+    major, minor, micro = schema.split(".")
+    rep = name.removesuffix(".sqlite") + ".nsys-rep"
+    head = [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", product),
+            ("EXPORT_PRODUCT_DATE", spec.nsys_version), ("EXPORT_SCHEMA_VERSION", schema),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+            ("EXPORT_SCHEMA_VERSION_MICRO", micro), ("EXPORT_SCHEMA_VERSION_CKSUM", cksum),
+            ("EXPORT_PLATFORM", "linux-desktop"), ("EXPORT_ARCH", "x64")]
+    when = [("EXPORT_TIME_UTC", _iso(end_wall)), ("EXPORT_TIME_LOCAL", _iso(end_wall)),
+            ("EXPORT_HOST", lay.host), ("EXPORT_USER", "synth")]
+    if spec.nsys_version == "2022.2":
+        return [*head, ("EXPORT_TIME", elapsed), *when,
+                       ("EXPORT_INPUT_FILE", rep), ("EXPORT_OUTUPT_FILE", name),
+                       ("EXPORT_INPUT_PATH", rep), ("EXPORT_OUTUPT_PATH", name),
+                       ("EXPORT_INPUT_PATH_ABS", rep), ("EXPORT_OUTUPT_PATH_ABS", name),
+                       ("EXPORT_OVERWRITE", "false"), ("EXPORT_LAZY", "false")]
+    params = [("INPUT_FILE", rep), ("OUTPUT_FILE", name), ("INPUT_PATH", rep),
+              ("OUTPUT_PATH", name), ("INPUT_PATH_ABS", rep), ("OUTPUT_PATH_ABS", name)]
+    if spec.nsys_version == "2026.2":
+        params = [("EXPORT_TYPE", "SQLite"), *params, ("PROGRESS", "false")]
+    params += [("OVERWRITE", "true"), ("APPEND", "false"), ("LAZY", "true")]
+    if spec.nsys_version == "2026.2":
+        params += [("USE_SHUFFLE", "true"), ("INCLUDE_JSON", "false"), ("INCLUDE_BLOBS", "false")]
+    params += [("TIME_NORMALIZE", "false"), ("TIME_SHIFT", "0"), ("TABLES_TO_EXPORT", ""),
+               ("TIMES_TO_EXPORT", "")]
+    return (head + when + [(f"EXPORT_PARAM_{k}", v) for k, v in params]
+            + [("EXPORT_CONFIG_TIME_SHIFT", "0"), ("EXPORT_TIME", f"{elapsed} sec")])
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class _Writer:
+    """Inserts column dicts into a table of the export, binding only the varying columns."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.columns: dict[str, list[str]] = {}
+        self.rows = 0
+
+    def create(self, table: str, ddl: str) -> None:
+        self.conn.execute(ddl)
+        self.columns[table] = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+
+    def insert(self, table: str, values: dict[str, Any], *, mixed: bool = False) -> None:
+        cols = self.columns[table]
+        bound = [c for c in cols if isinstance(values.get(c), np.ndarray | list)]
+        consts = [c for c in cols if c in values and c not in bound and values[c] is not None]
+        if not bound:
+            return
+        sql = (f"INSERT INTO {table} ({', '.join(bound + consts)}) VALUES ("
+               + ", ".join(["?"] * len(bound) + [_literal(values[c]) for c in consts]) + ")")
+        data: Any
+        if mixed:
+            data = zip(*(v.tolist() if isinstance(v, np.ndarray) else v
+                         for v in (values[c] for c in bound)), strict=True)
+        else:
+            data = np.column_stack([values[c] for c in bound]).tolist()
+        before = self.conn.total_changes
+        self.conn.executemany(sql, data)
+        self.rows += self.conn.total_changes - before
+
+    def rows_of(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        cols = self.columns[table][: len(rows[0])]
+        sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        self.conn.executemany(sql, rows)
+        self.rows += len(rows)
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(int(value))  # type: ignore[call-overload]
+
+
+def write_export(path: str | os.PathLike[str], spec: SynthSpec, rank: int, slice_: int = 0,
+                 ) -> Path:
+    """Write rank ``rank``'s export of capture range ``slice_`` to ``path`` (via a dot-named
+    temporary file renamed into place when complete). Returns the path."""
+    spec.check()
+    if not 0 <= rank < spec.ranks or not 0 <= slice_ < spec.slices:
+        raise ConfigError(f"synth: rank {rank} / slice {slice_} outside the spec")
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    began = time.perf_counter()
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=OFF")
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("BEGIN")
+        rows = _fill(conn, spec, rank, slice_, final.name)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    os.replace(tmp, final)
+    log.info("synth_export_written", path=str(final), rank=rank, slice=slice_, rows=rows,
+             seconds=round(time.perf_counter() - began, 3))
+    return final
+
+
+def _fill(conn: sqlite3.Connection, spec: SynthSpec, rank: int, slice_: int, name: str) -> int:
+    ddl = DDL[spec.nsys_version]
+    w = _Writer(conn)
+    meta = "EXPORT_META_DATA" if spec.nsys_version == "2022.2" else "META_DATA_EXPORT"
+    tables = [t for t in TABLE_ORDER
+              if t in ddl and t not in ("EXPORT_META_DATA", "META_DATA_EXPORT")]
+    if not spec.has_gpu_table:
+        tables.remove("TARGET_INFO_GPU")
+    if not spec.mpi_ranks_table:
+        tables.remove("MPI_RANKS")
+    for table in [*tables, meta]:
+        w.create(table, ddl[table])
+    lay = rank_layout(spec, rank)
+    t = template(spec.layers, spec.gpus_per_rank)
+    strings = _strings(spec)
+    sid = {s: i + 1 for i, s in enumerate(strings)}
+    gpid = _VM | (lay.pid << 24)
+    main_tid, loader_tid, evt_tid = gpid | lay.pid, gpid | (lay.pid + 11), gpid | (lay.pid + 5)
+    w.rows_of("StringIds", [(i, s) for s, i in sid.items()])
+
+    start_wall, _offsets, per_batch = _slice_timing(spec, slice_)
+    session_wall = start_wall - _LEAD_NS + lay.skew_ns
+    session_clock = lay.clock_base + (session_wall - _job_origin(spec))
+
+    _static(w, spec, lay, t, sid, gpid, (main_tid, loader_tid, evt_tid), session_wall,
+            session_clock)
+    # the earliest event of the export: the NCCL domain's creation at the session start
+    w.rows_of("NVTX_EVENTS", [(session_clock, None, 75, None, None, None, "NCCL", main_tid,
+                               None, None, 1)])
+    first_step = slice_ * 2 * spec.steps
+    epoch_open: int | None = None
+    last_end = session_clock
+    for (b, n), (rel, ready, _) in zip(_batches(spec), per_batch, strict=True):
+        cpu, gap, gpu, ggap, _loader = _durations(spec, t, slice_, b, n, rank)
+        s = schedule(t, cpu, gap, gpu, ggap, ready)
+        step0 = first_step + b * spec.batch_steps
+        steps = np.arange(step0, step0 + n, dtype=np.int64)
+        base = (lay.clock_base + (start_wall - _job_origin(spec)) + rel)[:, None]
+        _batch_rows(w, spec, lay, t, sid, s, base, steps, gpid, main_tid, loader_tid)
+        # epochs (NVTX start/end ranges) and marks
+        starts = base[:, 0]
+        ends = base[:, 0] + s.cpu_end
+        marks: list[tuple[Any, ...]] = []
+        ranges: list[tuple[Any, ...]] = []
+        for i, step in enumerate(steps.tolist()):
+            epoch, pos = divmod(step, spec.steps_per_epoch)
+            if epoch_open is None:
+                epoch_open = int(starts[i]) - 1_000
+                if step == first_step:
+                    marks.append((int(starts[i]) - 2_000, None, 34, None, None, None,
+                                  "capture_start", main_tid, None, None, 0))
+            if pos == spec.steps_per_epoch - 1 or step == first_step + spec.steps - 1:
+                ranges.append((epoch_open, int(ends[i]) + 1_000, 60, epoch + 1, None, None,
+                               f"epoch_{epoch}", main_tid, main_tid, None, 0))
+                epoch_open = None
+                if pos == spec.steps_per_epoch - 1:
+                    marks.append((int(ends[i]) + 500, None, 34, None, None, None,
+                                  f"checkpoint_epoch_{epoch}", main_tid, None, None, 0))
+        last_end = int(ends[-1]) + 1_000
+        if marks or ranges:
+            w.rows_of("NVTX_EVENTS", ranges + marks)
+    end_wall = session_wall + (last_end - session_clock) + 2 * 10**9
+    rng = np.random.default_rng([spec.seed, 3, rank, slice_])
+    elapsed = f"{rng.uniform(0.05, 3.0):.2f}"
+    w.rows_of(meta, _metadata(spec, lay, name, end_wall, elapsed))
+    return w.rows
+
+
+def _job_origin(spec: SynthSpec) -> int:
+    """The wall-clock instant the clocks' bases refer to (the job's reference instant)."""
+    return _slice_timing(spec, 0)[0] - _LEAD_NS
+
+
+def _static(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: dict[str, int],
+            gpid: int, tids: tuple[int, int, int], session_wall: int, session_clock: int) -> None:
+    main_tid, loader_tid, evt_tid = tids
+    w.rows_of("PROCESSES", [(gpid, lay.pid, _MAIN_THREAD)])
+    w.rows_of("ThreadNames", [(sid[_MAIN_THREAD], 20, main_tid),
+                              (sid[_LOADER_THREAD], 20, loader_tid),
+                              (sid[_EVT_THREAD], 20, evt_tid)])
+    session = [session_wall, _iso(session_wall), _iso(session_wall)]
+    if "systemClockNs" in w.columns["TARGET_INFO_SESSION_START_TIME"]:
+        session.append(session_clock)
+    w.rows_of("TARGET_INFO_SESSION_START_TIME", [tuple(session)])
+    w.rows_of("TARGET_INFO_SYSTEM_ENV", [
+        (_VM, "Local (CLI)", name, enum, value) for name, enum, value in (
+            ("CpuCores", 1, "64"), ("CpuSpeedMhz", 2, "2450"), ("CpuArchitecture", 3, "x86_64"),
+            ("NvDriverVersion", 205, "550.54.15"), ("Hostname", 619, lay.host))])
+    if "TARGET_INFO_GPU" in w.columns:
+        per_host = math.ceil(spec.ranks / (spec.hosts or spec.ranks)) * spec.gpus_per_rank
+        rng = np.random.default_rng([spec.seed, 5, lay.host_index])
+        gpus = []
+        for dev in range(per_host):
+            uuid = "-".join(rng.bytes(n).hex() for n in (4, 2, 2, 2, 6))
+            gpus.append((_VM, dev, "NVIDIA A100-SXM4-40GB", f"0000:{0x03 + 0x40 * dev:02x}:00.0",
+                         1, 41943040, 42297524224, 1555200000000, 1410000000, 108, dev, uuid, 0,
+                         "GA100", dev, None, None, 161, 0, 65536, 4, 65536, 49152, 166912,
+                         167936, 65536, 32, 5, 64, 32, 1024, 1024, 1024, 64, 2147483647, 65535,
+                         65535, 8, 0, 8, 0))
+        w.rows_of("TARGET_INFO_GPU", gpus)
+    streams = []
+    for k, _dev in enumerate(lay.devices):
+        for role, sid_ in enumerate(STREAM_IDS):
+            streams.append((sid_ + 16 * k, 0, 1, lay.pid, k + 1, 0, 3 if role == 0 else 2))
+    w.rows_of("TARGET_INFO_CUDA_STREAM", streams)
+    if "MPI_RANKS" in w.columns:
+        w.rows_of("MPI_RANKS", [(main_tid, lay.rank)])
+    for table, rows in _ENUMS.items():
+        if table in w.columns:
+            w.rows_of(table, rows)
+
+
+def _batch_rows(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: dict[str, int],
+                s: Any, base: np.ndarray, steps: np.ndarray, gpid: int, main_tid: int,
+                loader_tid: int) -> None:
+    """Insert one batch of steps: per table, per stream/thread blocks (not in time order)."""
+    n = len(steps)
+    n_api = t.n_api
+    api_slots = np.flatnonzero(t.slot_kind == SLOT_API)
+    api_rank = np.full(len(t.slot_kind), -1, dtype=np.int64)
+    api_rank[api_slots] = np.arange(n_api)
+    corr = (1 + steps[:, None] * n_api) + api_rank[None, :]          # [n, slots]
+    slot_start = base + s.slot_start
+    slot_end = base + s.slot_end
+    dev_ids = np.array(lay.devices, dtype=np.int64)
+
+    # --- GPU activity, one block per (device, stream) ---
+    op_start = base + s.op_start
+    op_end = base + s.op_end
+    for d in range(t.devices):
+        for role in range(3):
+            sel = np.flatnonzero((t.op_dev == d) & (t.op_role == role))
+            if not len(sel):
+                continue
+            common = {
+                "deviceId": dev_ids[t.op_dev[sel]], "contextId": d + 1, "greenContextId": 0,
+                "streamId": STREAM_IDS[role] + 16 * d, "globalPid": gpid,
+            }
+            for kind in (OP_KERNEL, OP_MEMCPY, OP_MEMSET):
+                ops = sel[t.op_kind[sel] == kind]
+                if not len(ops):
+                    continue
+                cols: dict[str, Any] = dict(common)
+                m = n * len(ops)
+                cols["start"] = op_start[:, ops].ravel()
+                cols["end"] = op_end[:, ops].ravel()
+                cols["correlationId"] = corr[:, t.op_slot[ops]].ravel()
+                cols["deviceId"] = np.tile(dev_ids[t.op_dev[ops]], n)
+                if kind == OP_KERNEL:
+                    _kernel_cols(cols, t, sid, ops, steps, n, m)
+                    w.insert("CUPTI_ACTIVITY_KIND_KERNEL", cols)
+                elif kind == OP_MEMCPY:
+                    ck = np.tile(t.op_copy[ops], n)
+                    cols.update(bytes=np.tile(t.op_bytes[ops], n), copyKind=ck,
+                                srcKind=np.where(ck == 1, 1, 2), dstKind=np.where(ck == 2, 1, 2),
+                                copyCount=1)
+                    w.insert("CUPTI_ACTIVITY_KIND_MEMCPY", cols)
+                else:
+                    cols.update(value=0, bytes=np.tile(t.op_bytes[ops], n), memKind=2)
+                    w.insert("CUPTI_ACTIVITY_KIND_MEMSET", cols)
+    # synchronisation rows: the wait-event and stream-synchronize API calls
+    sync_slots = np.flatnonzero(t.slot_sync > 0)
+    ev = np.cumsum(t.slot_api == 3)  # events recorded so far in the step
+    events_per_step = int(ev[-1])
+    event_id = 1 + steps[:, None] * events_per_step + (ev[sync_slots] - 1)[None, :]
+    is_stream_sync = np.tile(t.slot_sync[sync_slots] == 3, n)
+    w.insert("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
+        "start": slot_start[:, sync_slots].ravel(), "end": slot_end[:, sync_slots].ravel(),
+        "deviceId": np.tile(dev_ids[t.slot_dev[sync_slots]], n),
+        "contextId": np.tile(t.slot_dev[sync_slots] + 1, n),
+        "streamId": np.tile(np.array(STREAM_IDS)[t.slot_role[sync_slots]]
+                            + 16 * t.slot_dev[sync_slots], n),
+        "correlationId": corr[:, sync_slots].ravel(), "globalPid": gpid,
+        "syncType": np.tile(t.slot_sync[sync_slots], n),
+        "eventId": np.where(is_stream_sync, 4294967295, event_id.ravel()),
+        "eventSyncId": np.where(is_stream_sync, 0, event_id.ravel() + 10_000),
+    })
+    # --- CUDA runtime on the main thread: launches first, then the other calls (two buffers) ---
+    api_names = np.array([sid[a] for a in API_NAMES], dtype=np.int64)
+    for group in (api_slots[t.slot_api[api_slots] == 0], api_slots[t.slot_api[api_slots] != 0]):
+        w.insert("CUPTI_ACTIVITY_KIND_RUNTIME", {
+            "start": slot_start[:, group].ravel(), "end": slot_end[:, group].ravel(),
+            "eventClass": 0, "globalTid": main_tid, "correlationId": corr[:, group].ravel(),
+            "nameId": np.tile(api_names[t.slot_api[group]], n), "returnValue": 0,
+        })
+    # --- NVTX push/pop ranges, in the order they close (as nsys writes them) ---
+    pushes = np.flatnonzero(t.slot_kind == SLOT_PUSH)
+    order = pushes[np.argsort(t.slot_pop[pushes], kind="stable")]
+    default = order[t.slot_domain[order] == 0]
+    texts = [t.slot_text[i] for i in default]
+    w.insert("NVTX_EVENTS", {
+        "start": slot_start[:, default].ravel(), "end": slot_start[:, t.slot_pop[default]].ravel(),
+        "eventType": 59, "text": texts * n, "globalTid": main_tid, "domainId": 0,
+    }, mixed=True)
+    nccl = order[t.slot_domain[order] == 1]
+    w.insert("NVTX_EVENTS", {
+        "start": slot_start[:, nccl].ravel(), "end": slot_start[:, t.slot_pop[nccl]].ravel(),
+        "eventType": 59, "globalTid": main_tid, "textId": sid["ncclAllReduce"], "domainId": 1,
+    })
+    # --- OS runtime calls on the data-loader thread ---
+    step_start = base[:, 0]
+    span = s.slot_start[:, t.n_pre - 1]
+    rng = np.random.default_rng([spec.seed, 4, int(steps[0]), lay.rank])
+    frac = np.sort(rng.uniform(0.02, 0.4, (n, 3)), axis=1)
+    short_start = step_start[:, None] + (frac * span[:, None]).astype(np.int64)
+    short_end = short_start + rng.integers(4_000, 120_000, (n, 3))
+    names = np.array([sid[_OSRT[i]] for i in range(3)], dtype=np.int64)
+    w.insert("OSRT_API", {
+        "start": short_start.ravel(), "end": short_end.ravel(), "eventClass": 27,
+        "globalTid": loader_tid, "nameId": np.tile(names, n),
+        "returnValue": np.tile(np.array([1 << 20, 0, 0], dtype=np.int64), n),
+        "nestingLevel": 0, "callchainId": 0,
+    })
+    wait_start = short_end[:, -1] + 2_000
+    wait_end = np.maximum(wait_start + 1_000, step_start + s.cpu_end - 5_000)
+    w.insert("OSRT_API", {
+        "start": wait_start, "end": wait_end, "eventClass": 27, "globalTid": loader_tid,
+        "nameId": sid[_OSRT[3]], "returnValue": 0, "nestingLevel": 0, "callchainId": 0,
+    })
+
+
+_KATTR = np.array([[k[2], *k[3], *k[4], k[5], k[6]] for k in KERNELS], dtype=np.int64)
+
+
+def _kernel_cols(cols: dict[str, Any], t: Template, sid: dict[str, int], ops: np.ndarray,
+                 steps: np.ndarray, n: int, m: int) -> None:
+    kidx = t.op_kernel[ops]
+    short = np.array([sid[KERNELS[k][0]] for k in kidx], dtype=np.int64)
+    dem = np.array([sid[KERNELS[k][1]] for k in kidx], dtype=np.int64)
+    mang = np.array([sid[_mangle(KERNELS[k][0])] for k in kidx], dtype=np.int64)
+    attr = np.tile(_KATTR[kidx], (n, 1))
+    kern_rank = (np.cumsum(t.op_kind == OP_KERNEL) - 1)[ops]
+    nccl = np.tile(kidx == len(KERNELS) - 1, n)
+    cols.update(
+        demangledName=np.tile(dem, n), shortName=np.tile(short, n), mangledName=np.tile(mang, n),
+        launchType=1, cacheConfig=0, registersPerThread=attr[:, 0],
+        gridX=attr[:, 1], gridY=attr[:, 2], gridZ=attr[:, 3],
+        blockX=attr[:, 4], blockY=attr[:, 5], blockZ=attr[:, 6],
+        staticSharedMemory=attr[:, 7], dynamicSharedMemory=attr[:, 8], localMemoryPerThread=0,
+        localMemoryTotal=attr[:, 0] * 1_179_648,
+        gridId=(1000 + steps[:, None] * t.n_kernels + kern_rank[None, :]).ravel(),
+        sharedMemoryExecuted=np.where(attr[:, 7] + attr[:, 8] > 0, 135168, 32768),
+        sharedMemoryLimitConfig=nccl.astype(np.int64),
+        clusterX=0, clusterY=0, clusterZ=0, clusterSchedulingPolicy=1,
+        maxPotentialClusterSize=0, maxActiveClusters=0, tensorSizeMinusOneElements="[]",
+    )
+    assert len(cols["start"]) == m
+
+
+# --------------------------------------------------------------------------- jobs and counts
+
+
+def rows_per_step(spec: SynthSpec) -> int:
+    """Rows one training step adds to one export."""
+    t = template(spec.layers, spec.gpus_per_rank)
+    gpu = len(t.op_kind)
+    sync = int(np.count_nonzero(t.slot_sync > 0))
+    nvtx = int(np.count_nonzero(t.slot_kind == SLOT_PUSH))
+    return int(gpu + sync + t.n_api + nvtx + 4)
+
+
+def static_rows(spec: SynthSpec) -> int:
+    """Rows an export holds besides its steps (strings, metadata, enums, epochs, marks)."""
+    strings = len(_strings(spec))
+    enums = sum(len(v) for v in _ENUMS.values()) if spec.nsys_version != "2022.2" else 0
+    meta = {"2022.2": 23, "2024.5": 29, "2026.2": 34}[spec.nsys_version]
+    gpus = (math.ceil(spec.ranks / (spec.hosts or spec.ranks)) * spec.gpus_per_rank
+            if spec.has_gpu_table else 0)
+    epochs = 2 * (spec.steps // spec.steps_per_epoch + 1)
+    return int(strings + enums + meta + gpus + 3 * spec.gpus_per_rank + 1 + 3 + 1 + 5
+            + int(spec.mpi_ranks_table) + 1 + epochs)
+
+
+def steps_for_rows(rows: int, spec: SynthSpec | None = None) -> int:
+    """How many ``steps`` make one export of about ``rows`` rows."""
+    spec = spec or SynthSpec()
+    return max(1, round((rows - static_rows(spec)) / rows_per_step(spec)))
+
+
+def iter_job(outdir: str | os.PathLike[str], spec: SynthSpec, *, interval: float = 0.0,
+             sleep: Callable[[float], None] = time.sleep) -> Iterator[Path]:
+    """Write every export of the job, slice by slice, yielding each path once it is in place;
+    with ``interval`` > 0, wait that long before each export after the first."""
+    spec.check()
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    first = True
+    for slice_ in range(spec.slices):
+        for rank in range(spec.ranks):
+            if interval > 0 and not first:
+                sleep(interval)
+            first = False
+            yield write_export(out / export_name(spec, rank, slice_), spec, rank, slice_)
+
+
+def write_job(outdir: str | os.PathLike[str], spec: SynthSpec, *, interval: float = 0.0,
+              ) -> list[Path]:
+    """Write every export of the job into ``outdir``; returns their paths in writing order."""
+    return list(iter_job(outdir, spec, interval=interval))
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """The ``synth`` subcommand."""
+    del settings
+    spec = SynthSpec(ranks=args.ranks, hosts=args.hosts, gpus_per_rank=args.gpus_per_rank,
+                     steps=args.steps, slices=args.slices, nsys_version=args.nsys_version,
+                     seed=args.seed, imbalance=args.imbalance)
+    if args.interval < 0:
+        raise ConfigError("synth: --interval must not be negative")
+    paths = write_job(args.outdir, spec, interval=args.interval)
+    log.info("synth_job_written", outdir=str(args.outdir), exports=len(paths),
+             rows_per_export=static_rows(spec) + spec.steps * rows_per_step(spec))
+    return 0
+

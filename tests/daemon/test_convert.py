@@ -1,0 +1,158 @@
+"""Batch conversion of real and bad exports: records in = records out, valid, deterministic."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from prvstream.daemon.cli import cli
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.convert import convert
+from prvstream.sinks import paraver as pv
+from tests.conftest import real_export_params, real_exports
+from tests.prv_check import validate
+
+
+def _count(path: Path, table: str) -> int:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if not con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone():
+            return 0
+        return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    return load_settings(None, {"state_dir": str(tmp_path / "state")}, environ={})
+
+
+@pytest.mark.parametrize("export", real_export_params())
+def test_real_export_records_in_equal_records_out(export: Path, tmp_path: Path, settings) -> None:
+    out = tmp_path / "trace"
+    result = convert([str(export)], out, settings)
+    stats = validate(out.with_suffix(".prv"), globally_sorted=True)
+    assert stats.begins(pv.EV_KERNEL, pv.EV_NCCL) == _count(export, "CUPTI_ACTIVITY_KIND_KERNEL")
+    assert stats.events[(pv.EV_KERNEL, False)] + stats.events[(pv.EV_NCCL, False)] == \
+        _count(export, "CUPTI_ACTIVITY_KIND_KERNEL")
+    memops = _count(export, "CUPTI_ACTIVITY_KIND_MEMCPY") + _count(
+        export, "CUPTI_ACTIVITY_KIND_MEMSET")
+    assert stats.begins(pv.EV_MEMOP) == memops
+    assert stats.begins(pv.EV_API) == _count(export, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert stats.begins(pv.EV_SYNC) == _count(export, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    assert stats.begins(pv.EV_OSRT) == _count(export, "OSRT_API")
+    # one state per kernel and memory operation on the stream threads
+    assert sum(stats.states.values()) == _count(export, "CUPTI_ACTIVITY_KIND_KERNEL") + memops
+    assert result.rows["kernel"] == _count(export, "CUPTI_ACTIVITY_KIND_KERNEL")
+    assert result.records == stats.records
+
+
+@pytest.mark.parametrize("export", real_export_params())
+def test_conversion_is_deterministic(export: Path, tmp_path: Path, settings) -> None:
+    outputs = []
+    for name in ("a", "b"):
+        convert([str(export)], tmp_path / name, settings)
+        outputs.append([(tmp_path / f"{name}{ext}").read_bytes()
+                        for ext in (".prv", ".pcf", ".row")])
+    assert outputs[0] == outputs[1]
+
+
+def test_nvtx_push_pop_nesting_restores_outer_value(tmp_path: Path, settings) -> None:
+    exports = [p for p in real_exports() if "torchrun" in p.name]
+    if not exports:
+        pytest.skip("real torchrun export not available")
+    out = tmp_path / "t"
+    convert([str(exports[0])], out, settings)
+    begun: dict[tuple[str, str], set[str]] = {}
+    restores = 0
+    for line in out.with_suffix(".prv").read_text().splitlines()[1:]:
+        f = line.split(":")
+        if f[0] != "2" or f[6] != str(pv.EV_NVTX_PUSHPOP_BASE):
+            continue
+        assert len(f) == 8
+        opened = begun.setdefault((f[3], f[4]), set())
+        if f[7] != "0" and f[7] in opened:
+            restores += 1  # an end restoring an enclosing range's value
+        opened.add(f[7])
+    assert restores > 0
+
+
+def test_multiple_reports_order_independent(tmp_path: Path, settings) -> None:
+    found = real_exports()
+    if len(found) < 2:
+        pytest.skip("needs at least two real exports")
+    a, b = str(found[0]), str(found[-1])
+    convert([a, b], tmp_path / "ab", settings)
+    convert([b, a], tmp_path / "ba", settings)
+    for ext in (".prv", ".pcf", ".row"):
+        assert (tmp_path / f"ab{ext}").read_bytes() == (tmp_path / f"ba{ext}").read_bytes()
+    stats = validate(tmp_path / "ab.prv", globally_sorted=True)
+    assert len(stats.threads_per_task) >= 2
+    assert stats.nodes == 2
+
+
+def test_multi_pass_merge_matches_single_pass(tmp_path: Path, settings) -> None:
+    found = real_exports()
+    if len(found) < 3:
+        pytest.skip("needs at least three real exports")
+    paths = [str(p) for p in found]
+    convert(paths, tmp_path / "wide", settings)
+    narrow = load_settings(None, {"fan_in": 2, "chunk_rows": 97}, environ={})
+    convert(paths, tmp_path / "narrow", narrow)
+    assert (tmp_path / "wide.prv").read_bytes() == (tmp_path / "narrow.prv").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"this is not a database\n", id="text-file"),
+        pytest.param(b"SQLite format 3\x00" + b"\x00" * 50, id="truncated-header"),
+        pytest.param(bytes(range(256)) * 64, id="random-bytes"),
+    ],
+)
+def test_bad_input_is_reported_and_others_converted(
+    content: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = real_exports()
+    if not good:
+        pytest.skip("real exports not available")
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(content)
+    status = cli("convert", str(bad), str(good[0]), "-o", str(tmp_path / "out"),
+                 "--no-progress")
+    assert status == 1
+    out = capsys.readouterr().out
+    assert "bad.sqlite" in out
+    validate(tmp_path / "out.prv")
+
+
+def test_truncated_copy_of_real_export_is_rejected(tmp_path: Path) -> None:
+    good = real_exports()
+    if not good:
+        pytest.skip("real exports not available")
+    copy = tmp_path / "cut.sqlite"
+    data = good[0].read_bytes()
+    copy.write_bytes(data[: len(data) // 3])
+    status = cli("convert", str(copy), "-o", str(tmp_path / "out"), "--no-progress")
+    assert status != 0
+    assert not (tmp_path / "out.prv").exists()
+
+
+def test_missing_input_exit_status(tmp_path: Path) -> None:
+    status = cli("convert", str(tmp_path / "nope.sqlite"), "-o", str(tmp_path / "o"))
+    assert status != 0
+
+
+def test_directory_input(tmp_path: Path, settings) -> None:
+    found = real_exports()
+    if not found:
+        pytest.skip("real exports not available")
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(found[0], job / "r0.sqlite")
+    result = convert([str(job)], tmp_path / "o", settings)
+    assert len(result.reports) == 1

@@ -30,6 +30,7 @@ from prvstream.daemon.readiness import nsys_executable
 from prvstream.sinks.errors import ConfigError
 
 __all__ = [
+    "DONE_MARKER",
     "OUTPUT_DIRNAME",
     "Candidate",
     "DiscoveryScope",
@@ -42,8 +43,10 @@ log = structlog.get_logger(__name__)
 
 #: the folder prvstream writes into beside a job's reports (``<job>/prvstream/``)
 OUTPUT_DIRNAME = "prvstream"
+#: touched in a job directory (e.g. by a Slurm epilog) when the job has ended: finalize it
+DONE_MARKER = "prvstream.done"
 _IGNORED_SUFFIXES = (".tmp", "-journal", "-wal", "-shm")
-Kind = Literal["sqlite", "nsys-rep"]
+Kind = Literal["sqlite", "nsys-rep", "done"]
 _EXPORT_SUFFIXES: dict[str, Kind] = {".sqlite": "sqlite", ".nsys-rep": "nsys-rep"}
 #: ``nsys`` argument default: look it up on PATH
 _AUTO = "auto"
@@ -51,7 +54,10 @@ _AUTO = "auto"
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An export worth a readiness check. Paths are real (symlinks resolved) and absolute."""
+    """An export worth a readiness check, or (``kind == "done"``) a job's end marker.
+
+    Paths are real (symlinks resolved) and absolute.
+    """
 
     path: Path
     #: the directory directly containing the export: one job
@@ -126,7 +132,8 @@ class DiscoveryScope:
         """The candidate ``path`` stands for, or ``None`` when it is not an input."""
         path = os.path.abspath(path)
         name = os.path.basename(path)
-        kind = _EXPORT_SUFFIXES.get(os.path.splitext(name)[1])
+        kind: Kind | None = "done" if name == DONE_MARKER else _EXPORT_SUFFIXES.get(
+            os.path.splitext(name)[1])
         if kind is None or self.ignored_name(name):
             return None
         root = self.root_of(path)
@@ -197,7 +204,8 @@ class DiscoveryScope:
                             if not self.ignored_dir(entry.path, entry.name):
                                 stack.append(entry.path)
                             continue
-                        if (os.path.splitext(entry.name)[1] in _EXPORT_SUFFIXES
+                        if ((os.path.splitext(entry.name)[1] in _EXPORT_SUFFIXES
+                             or entry.name == DONE_MARKER)
                                 and not self.ignored_name(entry.name)):
                             yield entry.path, entry.stat(follow_symlinks=True)
                     except OSError:
@@ -354,7 +362,8 @@ async def watch_exports(out: MemoryObjectSendStream[Candidate],
 
     ``poll > 0`` polls every ``poll`` seconds instead of using native events. A burst of
     events on one path yields one candidate, ``debounce`` seconds after the burst; a file that
-    changes again later is sent again (readiness and the journal sort that out). Signals
+    changes again later is sent again (readiness and the journal sort that out). A
+    ``prvstream.done`` file in a job directory comes as ``kind="done"``. Signals
     ``task_status.started()`` once watching has begun (use ``await tg.start(...)``). Runs until
     cancelled; closes ``out`` when it ends.
     """

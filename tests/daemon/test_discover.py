@@ -15,7 +15,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from structlog.testing import capture_logs
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.discover import Candidate, DiscoveryScope, open_discovery, scan_once
+from prvstream.daemon.discover import (
+    DONE_MARKER,
+    Candidate,
+    DiscoveryScope,
+    open_discovery,
+    scan_once,
+)
 from prvstream.daemon.journal import OWNED_MARKER
 from prvstream.sinks.errors import ConfigError
 
@@ -156,6 +162,15 @@ async def test_symlinks_out_of_the_root_are_refused(root: Path, tmp_path: Path,
     refused = [e for e in logs if e["event"] == "symlink_refused"]
     assert {Path(e["path"]).name for e in refused} == {"linked-dir", "evil.sqlite"}
     assert len(refused) == 2  # each logged once
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("poll", MODES)
+async def test_done_marker(root: Path, poll: float) -> None:
+    async with discovering(root, poll) as found:
+        (root / "job1" / DONE_MARKER).touch()
+        [done] = await take(found)
+        assert done.kind == "done" and done.job_dir == root / "job1"
 
 
 @pytest.mark.anyio

@@ -1,0 +1,178 @@
+"""``prvstream summary``: show a job's GPU efficiency summary, once or following it live.
+
+The target is a job directory (``JOB/prvstream/summary.jsonl``, ``JOB/summary.jsonl``, or the
+``summary.json`` beside them), a ``summary.jsonl``, a ``summary.json`` or a convert
+``OUT.summary.json``. ``--follow`` re-reads new lines like ``tail -f`` until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+import msgspec
+import structlog
+
+from prvstream.daemon.config import Settings
+from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.summary import (
+    SummaryRecord,
+    SummaryState,
+    decode_state,
+    fold,
+    load_summary,
+    plot_summary,
+    read_records,
+    render_table,
+    write_prom_file,
+)
+
+__all__ = ["resolve_target", "run"]
+
+log = structlog.get_logger(__name__)
+
+_TAIL = 256
+
+_CANDIDATES = ("prvstream/summary.jsonl", "summary.jsonl", "prvstream/summary.json",
+               "summary.json")
+
+
+def resolve_target(target: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
+    """The summary file a JOB|SUMMARY argument names.
+
+    For a directory without a summary yet, ``must_exist=False`` returns where the daemon will
+    write ``summary.jsonl`` (for ``--follow``).
+    """
+    p = Path(target)
+    if p.is_dir():
+        for rel in _CANDIDATES:
+            if (p / rel).is_file():
+                return p / rel
+        if not must_exist:
+            return p / _CANDIDATES[0]
+        raise PrvstreamError(f"no summary in {p} (looked for {', '.join(_CANDIDATES)}); is "
+                             f"the daemon watching this job, or pass --follow to wait for it")
+    if p.is_file() or not must_exist:
+        return p
+    raise PrvstreamError(f"{p} does not exist; pass a job directory, a summary.jsonl or a "
+                         f"summary.json")
+
+
+def _latest(state: SummaryState, view: str) -> SummaryRecord | None:
+    if view == "window":
+        return state.windows[-1] if state.windows else None
+    if view == "phase":
+        return state.phases[-1] if state.phases else None
+    if not state.span_ns and not state.devices:
+        return None
+    fields = {f: getattr(state, f) for f in SummaryRecord.__struct_fields__}
+    return SummaryRecord(**fields)
+
+
+def _json_line(record: SummaryRecord | None) -> str:
+    return (msgspec.json.encode(record).decode() if record is not None else "null") + "\n"
+
+
+def _outputs(args: argparse.Namespace, state: SummaryState,
+             history: list[SummaryRecord]) -> None:
+    if args.prom_file:
+        write_prom_file(args.prom_file, state)
+    if args.plot:
+        plot_summary(state, history, args.plot)
+
+
+class _Follower:
+    """Incremental reader of a growing summary.jsonl (or a replaced summary.json)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.stamp: tuple[int, int, int] | None = None
+        self.state: SummaryState | None = None
+        self.history: list[SummaryRecord] = []
+        #: the last bytes consumed, to notice a file that was cut back and grew again
+        self.tail = b""
+
+    def _read_tail(self) -> bytes:
+        start = max(self.offset - _TAIL, 0)
+        with open(self.path, "rb") as fh:
+            fh.seek(start)
+            return fh.read(self.offset - start)
+
+    def _tail_matches(self) -> bool:
+        return not self.offset or self._read_tail() == self.tail
+
+    def poll(self) -> list[SummaryRecord]:
+        """New records since the last poll (a changed summary.json counts as one)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return []
+        if self.path.suffix != ".jsonl":
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp == self.stamp:
+                return []
+            self.stamp = stamp
+            self.state = decode_state(self.path.read_bytes())
+            return [_latest(self.state, "cumulative") or self.state]
+        if st.st_size < self.offset or not self._tail_matches():
+            # truncated (daemon recovery), perhaps already regrown: start over
+            log.info("summary_truncated_rereading", path=str(self.path))
+            self.offset, self.state, self.history = 0, None, []
+        if st.st_size == self.offset:
+            return []
+        records, self.offset = read_records(self.path, self.offset)
+        self.tail = self._read_tail()
+        if records:
+            self.state = fold(records, self.state)
+            self.history += [r for r in records if r.view == "cumulative"]
+        return records
+
+
+def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
+    """Print the summary; with ``--follow`` keep printing updates until interrupted."""
+    stream = out if out is not None else sys.stdout
+    view: str = args.view
+    if not args.follow:
+        path = resolve_target(args.target)
+        state, history = load_summary(path)
+        if args.json:
+            stream.write(_json_line(_latest(state, view)))
+        else:
+            stream.write(render_table(state, view))
+        _outputs(args, state, history)
+        return 0
+    path = resolve_target(args.target, must_exist=False)
+    follower = _Follower(path)
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    interval = max(float(args.interval), 0.01)
+    log.debug("summary_follow", path=str(path), view=view)
+    try:
+        while True:
+            if follower.path.suffix == ".jsonl" and not follower.path.exists() \
+                    and Path(args.target).is_dir():
+                follower.path = resolve_target(args.target, must_exist=False)
+            new = follower.poll()
+            relevant = [r for r in new if r.view == view or follower.path.suffix != ".jsonl"]
+            if relevant and follower.state is not None:
+                if args.json:
+                    for r in relevant:
+                        stream.write(_json_line(r if r.view == view
+                                                else _latest(follower.state, view)))
+                elif tty:
+                    stream.write("\x1b[H\x1b[2J" + render_table(follower.state, view))
+                else:
+                    stream.write(render_table(follower.state, view) + "\n")
+                stream.flush()
+                if args.prom_file:
+                    write_prom_file(args.prom_file, follower.state)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    if args.plot and follower.state is not None:
+        plot_summary(follower.state, follower.history, args.plot)
+    return 0

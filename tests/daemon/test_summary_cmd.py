@@ -1,0 +1,194 @@
+"""``prvstream summary``: target resolution, table and verdict, --json, --prom-file, --follow."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prvstream.daemon.cli import cli
+from prvstream.daemon.summary_cmd import resolve_target
+from prvstream.sinks.base import ACTIVITY_DTYPE, ActivityKind, DeviceInfo, ProcessInfo, ReportInfo
+from prvstream.sinks.efficiency import EfficiencyModel, feed_report
+from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.summary import SummaryRecord, SummaryWriter, encode_record
+
+C, N = int(ActivityKind.COMPUTE), int(ActivityKind.NCCL)
+
+
+def _updates(ranks: int = 3) -> list[list[SummaryRecord]]:
+    """Per report, the records the daemon would append: rank r computes (r+1)*100 ns of 400."""
+    model = EfficiencyModel("train", window_ns=200, gap_threshold_ns=10)
+    out = []
+    for r in range(ranks):
+        info = ReportInfo(report_id=f"r{r}", processes=[ProcessInfo(host=f"n{r}", pid=1, rank=r)],
+                          devices=[DeviceInfo(host=f"n{r}", device=0, process=0, rank=r)],
+                          origin_wall_ns=0, start_ns=0, end_ns=400)
+        work = (r + 1) * 100
+        act = np.array([(0, work, 0, 0, C), (work, work + 20, 0, 1, N)], dtype=ACTIVITY_DTYPE)
+        feed_report(model, info, act)
+        out.append(model.take_updates())
+    return out
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A job directory as the daemon leaves it: JOB/prvstream/summary.jsonl and summary.json."""
+    out = tmp_path / "job" / "prvstream"
+    out.mkdir(parents=True)
+    writer = SummaryWriter(out / "summary.jsonl")
+    model_records = _updates()
+    for recs in model_records:
+        writer.append_many(recs)
+    return tmp_path / "job"
+
+
+def test_table_and_verdict_for_a_job_directory(job: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli("summary", str(job)) == 0
+    out = capsys.readouterr().out
+    # useful 100/200/300 of 400, comm 20 each: LB 200/300, CE 300/320, OE 320/400
+    assert "job train: 3 report(s), 3 device(s), span 0.000 s" in out
+    assert "    load balance              66.7%" in out
+    assert "    communication eff.        93.8%" in out
+    assert "    orchestration eff.        80.0%" in out
+    assert "verdict: dominant loss is load imbalance (LB  66.7%)" in out
+    hosts = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  n")]
+    assert hosts == ["n0", "n1", "n2"]  # worst (least useful) first
+
+
+@pytest.mark.parametrize("layout", ["prvstream/summary.jsonl", "summary.jsonl",
+                                    "summary.json", "OUT.summary.json"])
+def test_every_target_form_resolves(tmp_path: Path, layout: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / layout
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if layout.endswith(".jsonl"):
+        SummaryWriter(path).append_many([r for recs in _updates() for r in recs])
+    else:
+        model = EfficiencyModel("train")
+        SummaryWriter.write_state(model.state(), path)
+    target = tmp_path if layout != "OUT.summary.json" else path
+    assert resolve_target(target) == path
+    assert cli("summary", str(target)) == 0
+    assert "verdict:" in capsys.readouterr().out
+
+
+def test_missing_target_is_an_error_with_advice(tmp_path: Path) -> None:
+    with pytest.raises(PrvstreamError, match="--follow"):
+        resolve_target(tmp_path)
+    assert cli("summary", str(tmp_path / "nope.jsonl")) == 1
+
+
+def test_json_views_and_prom_file(job: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    prom = tmp_path / "train.prom"
+    assert cli("summary", str(job), "--json", "--prom-file", str(prom)) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["view"] == "cumulative" and rec["reports"] == 3
+    assert rec["metrics"]["orchestration_efficiency"] == pytest.approx(0.8)
+    assert [d["useful_ns"] for d in rec["devices"]] == [100, 200, 300]
+    assert 'prvstream_orchestration_efficiency{job="train"} 0.8' in prom.read_text()
+    assert cli("summary", str(job), "--json", "--view", "window") == 0
+    win = json.loads(capsys.readouterr().out)
+    assert (win["view"], win["index"], win["span_ns"]) == ("window", 1, 200)
+    assert cli("summary", str(job), "--view", "window") == 0
+    assert "per window:" in capsys.readouterr().out
+    assert cli("summary", str(job), "--view", "phase") == 0
+    assert "no phase rows yet" in capsys.readouterr().out
+
+
+def _reader(stream, sink: queue.Queue[str]) -> None:  # type: ignore[no-untyped-def]
+    for line in iter(stream.readline, ""):
+        sink.put(line)
+
+
+def _next_line(lines: queue.Queue[str], want: str, timeout: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            break
+        if want in line:
+            return line
+    raise AssertionError(f"no line containing {want!r} within {timeout}s")
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+def test_follow_prints_each_new_record_of_a_growing_file(tmp_path: Path,
+                                                         as_json: bool) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    argv = [sys.executable, "-m", "prvstream.daemon", "summary", str(job), "--follow",
+            "--interval", "0.05", "--log-level", "error"]
+    if as_json:
+        argv.append("--json")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        path = job / "prvstream" / "summary.jsonl"
+        path.parent.mkdir()
+        updates = _updates()
+        with open(path, "ab") as fh:  # the file appears only after the follower started
+            for n, recs in enumerate(updates, start=1):
+                data = b"".join(encode_record(r) for r in recs)
+                fh.write(data[:25])  # a torn line first: must not be printed half-read
+                fh.flush()
+                time.sleep(0.15)
+                fh.write(data[25:])
+                fh.flush()
+                if as_json:
+                    line = _next_line(lines, f'"reports":{n},')
+                    assert json.loads(line)["view"] == "cumulative"
+                else:
+                    _next_line(lines, f"job train: {n} report(s)")
+                    _next_line(lines, "verdict:")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()
+    assert "Traceback" not in err
+
+
+def test_follow_rereads_after_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "summary.jsonl"
+    updates = _updates()
+    writer = SummaryWriter(path)
+    writer.append_many(updates[0])
+    argv = [sys.executable, "-m", "prvstream.daemon", "summary", str(path), "--follow", "--json",
+            "--interval", "0.05", "--log-level", "error"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        _next_line(lines, '"reports":1,')
+        committed = writer.append_many(updates[1])
+        _next_line(lines, '"reports":2,')
+        writer.truncate_to(committed - len(encode_record(updates[1][-1])) - 1)  # torn tail
+        writer.truncate_to(len(b"".join(encode_record(r) for r in updates[0])))
+        writer.append_many(updates[1])
+        writer.append_many(updates[2])
+        _next_line(lines, '"reports":3,')
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()  # type: ignore[union-attr]

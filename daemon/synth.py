@@ -661,14 +661,18 @@ def rows_per_step(spec: SynthSpec) -> int:
     return int(gpu + sync + t.n_api + nvtx + 4)
 
 
-def static_rows(spec: SynthSpec) -> int:
+def static_rows(spec: SynthSpec, slice_: int = 0) -> int:
     """Rows an export holds besides its steps (strings, metadata, enums, epochs, marks)."""
     strings = len(_strings(spec))
     enums = sum(len(v) for v in _ENUMS.values()) if spec.nsys_version != "2022.2" else 0
     meta = {"2022.2": 23, "2024.5": 29, "2026.2": 34}[spec.nsys_version]
     gpus = (math.ceil(spec.ranks / (spec.hosts or spec.ranks)) * spec.gpus_per_rank
             if spec.has_gpu_table else 0)
-    epochs = 2 * (spec.steps // spec.steps_per_epoch + 1)
+    first = slice_ * 2 * spec.steps
+    captured = range(first, first + spec.steps)
+    epochs = (len({step // spec.steps_per_epoch for step in captured}) + 1
+              + sum(1 for step in captured if step % spec.steps_per_epoch
+                    == spec.steps_per_epoch - 1))
     return int(strings + enums + meta + gpus + 3 * spec.gpus_per_rank + 1 + 3 + 1 + 5
             + int(spec.mpi_ranks_table) + 1 + epochs)
 

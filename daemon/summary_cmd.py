@@ -125,6 +125,7 @@ class _Follower:
             self.offset, self.state, self.history = 0, None, []
         if st.st_size == self.offset:
             return []
+        records: list[SummaryRecord]
         records, self.offset = read_records(self.path, self.offset)
         self.tail = self._read_tail()
         if records:

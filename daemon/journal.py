@@ -17,6 +17,7 @@ from typing import IO, Any, Literal
 import msgspec
 import structlog
 
+from prvstream.daemon.numbering import NumberingState
 from prvstream.daemon.readiness import ReportIdentity
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
 
@@ -25,14 +26,9 @@ __all__ = [
     "OWNED_MARKER",
     "JobJournal",
     "JournalState",
-    "Numbering",
     "OutputDir",
     "Quarantined",
     "ReportEntry",
-    "TaskEntry",
-    "TaskKey",
-    "ThreadEntry",
-    "ThreadKey",
     "ThreadTime",
     "atomic_write",
     "fsync_dir",
@@ -50,45 +46,6 @@ OWNED_MARKER = ".prvstream-owned"
 
 
 # ---------------------------------------------------------------------------------- structs
-
-
-class TaskKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A process: (host, pid), never pid alone."""
-
-    host: str
-    pid: int
-
-
-class ThreadKey(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A thread of a task: a CPU thread (``id`` = tid) or a GPU stream (``id`` = device)."""
-
-    kind: Literal["cpu", "gpu"]
-    id: int
-    stream: int = 0
-
-
-class ThreadEntry(msgspec.Struct, forbid_unknown_fields=True):
-    key: ThreadKey
-    name: str = ""
-
-
-class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
-    """A task in arrival order; its threads in arrival order (ids are 1-based positions)."""
-
-    key: TaskKey
-    name: str = ""
-    rank: int | None = None
-    threads: list[ThreadEntry] = msgspec.field(default_factory=list)
-
-
-class Numbering(msgspec.Struct, forbid_unknown_fields=True):
-    """The live trace's published ids: tasks and threads by key, values per event type."""
-
-    tasks: list[TaskEntry] = msgspec.field(default_factory=list)
-    #: event type -> {label: value id}, ids in arrival order
-    values: dict[int, dict[str, int]] = msgspec.field(default_factory=dict)
-    #: hosts (Paraver nodes) in arrival order
-    hosts: list[str] = msgspec.field(default_factory=list)
 
 
 class ThreadTime(msgspec.Struct, frozen=True, array_like=True):
@@ -136,7 +93,8 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     origin_wall_ns: int | None = None
     skew_allowance_ns: int = 0
     reports: list[ReportEntry] = msgspec.field(default_factory=list)
-    numbering: Numbering = msgspec.field(default_factory=Numbering)
+    #: the live trace's published ids (``prvstream.daemon.numbering.Numbering(state)``)
+    numbering: NumberingState = msgspec.field(default_factory=NumberingState)
     header_capacity: int = 0
     prv_length: int = 0
     summary_length: int = 0
@@ -198,10 +156,11 @@ def journal_path(state_dir: str | os.PathLike[str], job_dir: str | os.PathLike[s
 
 
 class JobJournal:
-    """A job's journal file plus fast lookups over its numbering (single writer per job).
+    """A job's journal file with fast report and quarantine lookups (single writer per job).
 
     Mutate :attr:`state` (or use the helpers), then :meth:`commit` once the outputs it
-    describes are fsynced.
+    describes are fsynced. The numbering is ``state.numbering``; wrap it with
+    ``prvstream.daemon.numbering.Numbering(journal.state.numbering)`` to assign ids.
     """
 
     def __init__(self, path: Path, state: JournalState) -> None:
@@ -304,49 +263,9 @@ class JobJournal:
         self._quarantine[key] = entry
         log.warning("report_quarantined", path=key, reason=reason, job=self.state.job_dir)
 
-    # -- numbering -----------------------------------------------------------------------
-    def task_id(self, key: TaskKey, *, name: str = "", rank: int | None = None) -> int:
-        """1-based task id of ``key``, assigned in arrival order and never changed."""
-        tid = self._tasks.get(key)
-        if tid is None:
-            num = self.state.numbering
-            num.tasks.append(TaskEntry(key=key, name=name, rank=rank))
-            tid = len(num.tasks)
-            self._tasks[key] = tid
-            self._threads[tid] = {}
-            if key.host not in num.hosts:
-                num.hosts.append(key.host)
-        return tid
-
-    def thread_id(self, task: TaskKey, key: ThreadKey, *, name: str = "") -> int:
-        """1-based thread id of ``key`` within its task (arrival order)."""
-        t = self.task_id(task)
-        threads = self._threads[t]
-        th = threads.get(key)
-        if th is None:
-            entries = self.state.numbering.tasks[t - 1].threads
-            entries.append(ThreadEntry(key=key, name=name))
-            th = len(entries)
-            threads[key] = th
-        return th
-
-    def value_id(self, event_type: int, label: str, *, first: int = 1) -> int:
-        """Value id of ``label`` for ``event_type`` (arrival order, starting at ``first``)."""
-        table = self.state.numbering.values.setdefault(event_type, {})
-        vid = table.get(label)
-        if vid is None:
-            vid = first + len(table)
-            table[label] = vid
-        return vid
-
     def _reindex(self) -> None:
         self._identities = {r.identity for r in self.state.reports}
         self._quarantine = {q.path: q for q in self.state.quarantined}
-        self._tasks: dict[TaskKey, int] = {}
-        self._threads: dict[int, dict[ThreadKey, int]] = {}
-        for i, task in enumerate(self.state.numbering.tasks, start=1):
-            self._tasks[task.key] = i
-            self._threads[i] = {th.key: j for j, th in enumerate(task.threads, start=1)}
 
 
 # ---------------------------------------------------------------------------------- outputs

@@ -74,9 +74,13 @@ class NotYet(msgspec.Struct, frozen=True, tag="not_yet"):
 
 
 class Invalid(msgspec.Struct, frozen=True, tag="invalid"):
-    """Stable, and still not a complete export: report once and set aside."""
+    """Stable, and still not a complete export: report once and set aside.
+
+    ``gone``: the file disappeared (renamed away or deleted): nothing to set aside.
+    """
 
     reason: str
+    gone: bool = False
 
 
 Verdict = Ready | NotYet | Invalid
@@ -169,7 +173,8 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
     SQLite checks run in a worker thread. A NotYet re-checks after an exponentially growing
     delay (``first_delay`` doubling up to ``max_delay``; a change resets it). Invalid when a
     corrupt-looking file stays unchanged for ``settle`` seconds after a failed check, or when
-    nothing is Ready after ``max_wait`` seconds (two looks a settle time apart, so that a stale
+    nothing is Ready after ``max_wait`` seconds, or ``Invalid(gone=True)`` when the file has
+    been missing for ``settle`` seconds (two looks a settle time apart, so that a stale
     NFS attribute cache cannot condemn a file still being written). Cancel to stop waiting.
     """
     start = time.monotonic()
@@ -180,6 +185,7 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
     corrupt_sig: tuple[int, int, int, int] | None = None
     corrupt_since = 0.0
     reason = "never checked"
+    missing_since: float | None = None
     while True:
         now = time.monotonic()
         try:
@@ -187,6 +193,13 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
         except FileNotFoundError:
             sig = None
             reason = "the file does not exist"
+            if missing_since is None:
+                missing_since = now
+            elif now - missing_since >= settle:
+                log.info("export_gone", path=str(path))
+                return Invalid("the file disappeared", gone=True)
+        else:
+            missing_since = None
         if sig is not None:
             if sig != last_sig:
                 last_sig, stable_since, delay = sig, now, base

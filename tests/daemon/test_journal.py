@@ -14,13 +14,12 @@ from prvstream.daemon.journal import (
     JobJournal,
     OutputDir,
     ReportEntry,
-    TaskKey,
-    ThreadKey,
     ThreadTime,
     journal_path,
     open_for_output,
     safe_output_path,
 )
+from prvstream.daemon.numbering import Numbering, cpu_key, gpu_key
 from prvstream.daemon.readiness import ReportIdentity
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
 
@@ -30,19 +29,14 @@ IDENT = ReportIdentity(device=1, inode=2, size=3, mtime_ns=4, head_sha256="ab" *
 def _filled(tmp_path: Path) -> JobJournal:
     job = tmp_path / "jobs" / "run 42"
     j = JobJournal.open(tmp_path / "state", job, root=tmp_path / "jobs")
-    a = TaskKey("node1", 100)
-    b = TaskKey("node2", 100)  # same pid on another host is another task
-    assert j.task_id(a, name="rank0", rank=0) == 1
-    assert j.task_id(b) == 2
-    assert j.task_id(a) == 1
-    assert j.thread_id(a, ThreadKey("cpu", 100)) == 1
-    assert j.thread_id(a, ThreadKey("gpu", 0, 7), name="CUDA-D0.S7") == 2
-    assert j.thread_id(b, ThreadKey("cpu", 5)) == 1
-    assert j.thread_id(a, ThreadKey("cpu", 100)) == 1
-    assert j.value_id(63000006, "gemm") == 1
-    assert j.value_id(63000006, "nccl") == 2
-    assert j.value_id(63000006, "gemm") == 1
-    assert j.value_id(9200, "x", first=5) == 5
+    num = Numbering(j.state.numbering)
+    a = num.task("node1", 100, "python", rank=0)
+    b = num.task("node2", 100, "python")  # same pid on another host is another task
+    assert (a, b) == (1, 2)
+    assert num.thread(a, cpu_key(100), "python") == 1
+    assert num.thread(a, gpu_key(0, 7), "CUDA-D0.S7") == 2
+    assert num.value("kernel", "gemm") == 1
+    assert num.value("kernel", "nccl") == 2
     j.add_report(ReportEntry(identity=IDENT, name="rank0.sqlite", path=str(job / "rank0.sqlite"),
                              block_start=4096, block_end=9000, records=77,
                              thread_last=[ThreadTime(1, 1, 123), ThreadTime(1, 2, 456)]))
@@ -67,11 +61,14 @@ def test_round_trip(tmp_path: Path) -> None:
     assert not again.is_quarantined(str(tmp_path / "jobs" / "run 42" / "bad.sqlite"),
                                     ReportIdentity(1, 2, 4, 4, "00" * 32))
     # the numbering continues where it stopped
-    assert again.task_id(TaskKey("node2", 100)) == 2
-    assert again.task_id(TaskKey("node3", 1)) == 3
-    assert again.thread_id(TaskKey("node1", 100), ThreadKey("gpu", 0, 8)) == 3
-    assert again.value_id(63000006, "new") == 3
-    assert again.state.numbering.hosts == ["node1", "node2", "node3"]
+    num = Numbering(again.state.numbering)
+    assert num.task("node2", 100) == 2
+    assert num.task("node3", 1) == 3
+    assert num.thread(1, gpu_key(0, 7), "x") == 2
+    assert num.thread(1, gpu_key(0, 8), "CUDA-D0.S8") == 3
+    assert num.value("kernel", "gemm") == 1
+    assert num.value("kernel", "new") == 3
+    assert again.state.numbering.nodes == ["node1", "node2", "node3"]
 
 
 def test_open_reuses_the_same_file(tmp_path: Path) -> None:
@@ -145,14 +142,16 @@ def test_numbering_survives_commit(tmp_path_factory: pytest.TempPathFactory,
                                    labels: list[str], tasks: list[tuple[str, int]]) -> None:
     base = tmp_path_factory.mktemp("j")
     j = JobJournal.open(base, base / "job")
-    ids = {lab: j.value_id(1, lab) for lab in labels}
-    tids = {TaskKey(h, p): j.task_id(TaskKey(h, p)) for h, p in tasks}
+    num = Numbering(j.state.numbering)
+    ids = {lab: num.value("g", lab) for lab in labels}
+    tids = {(h, p): num.task(h, p) for h, p in tasks}
     assert sorted(set(ids.values())) == list(range(1, len(set(labels)) + 1))
     j.commit()
     again = JobJournal.load(j.path)
     assert again is not None
-    assert {lab: again.value_id(1, lab) for lab in labels} == ids
-    assert {k: again.task_id(k) for k in tids} == tids
+    num2 = Numbering(again.state.numbering)
+    assert {lab: num2.value("g", lab) for lab in labels} == ids
+    assert {k: num2.task(*k) for k in tids} == tids
 
 
 # ----------------------------------------------------------------------------------- outputs

@@ -193,6 +193,30 @@ async def test_wait_ready_backs_off(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert 3 <= looks <= 12
 
 
+@pytest.mark.anyio
+async def test_vanished_file_is_gone(tmp_path: Path) -> None:
+    path = make_export(tmp_path / "rank0.sqlite", final=False)
+
+    async def delete_later() -> None:
+        await anyio.sleep(0.1)
+        path.unlink()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(delete_later)
+            verdict = await wait_ready(path, settle=SETTLE, max_wait=60)
+    assert isinstance(verdict, Invalid) and verdict.gone
+
+
+def test_synthetic_export_is_ready(tmp_path: Path) -> None:
+    """An export written by prvstream's own synth (the real nsys schema) passes."""
+    from prvstream.daemon.synth import SynthSpec, write_export
+
+    path = tmp_path / "rank0.sqlite"
+    write_export(path, SynthSpec(ranks=1, steps=2), 0)
+    assert isinstance(check_export(path), Ready)
+
+
 def test_identity_changes_with_content(tmp_path: Path) -> None:
     path = make_export(tmp_path / "rank0.sqlite")
     first = report_identity(path)

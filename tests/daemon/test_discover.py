@@ -219,3 +219,41 @@ def test_nsys_rep_candidates(root: Path, nsys: str | None, with_sqlite: bool,
 def test_missing_root_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an existing directory"):
         scan_once([tmp_path / "nope"])
+
+
+@pytest.mark.anyio
+async def test_service_loop_shape(root: Path, tmp_path: Path) -> None:
+    """discover -> wait_ready in a worker -> journal: the shape the service runs."""
+    from prvstream.daemon.journal import JobJournal, ReportEntry
+    from prvstream.daemon.readiness import Invalid, Ready, wait_ready
+    from prvstream.daemon.synth import SynthSpec, write_export
+
+    state = tmp_path / "state"
+    good = write_export(root / "job1" / "rank0.sqlite", SynthSpec(ranks=1, steps=1), 0)
+    (root / "job1" / "junk.sqlite").write_bytes(b"not sqlite at all" * 100)
+    outcomes: dict[str, str] = {}
+    journals: dict[Path, JobJournal] = {}  # one writer per job: one journal object per job
+
+    async def worker(cand: Candidate) -> None:
+        verdict = await wait_ready(cand.path, settle=0.05, max_wait=5)
+        journal = journals.setdefault(cand.job_dir,
+                                      JobJournal.open(state, cand.job_dir, root=cand.root))
+        if isinstance(verdict, Ready):
+            if not journal.has_report(verdict.identity):
+                journal.add_report(ReportEntry(identity=verdict.identity, name=cand.path.name,
+                                               path=str(cand.path), block_start=0,
+                                               block_end=0, records=0))
+        elif isinstance(verdict, Invalid) and not verdict.gone:
+            journal.quarantine(cand.path, verdict.reason)
+        journal.commit()
+        outcomes[cand.path.name] = type(verdict).__name__
+
+    with anyio.fail_after(10):
+        async with (open_discovery([root], poll=0.05, debounce=DEBOUNCE, nsys=None) as found,
+                    anyio.create_task_group() as tg):
+            for _ in range(2):
+                tg.start_soon(worker, await found.receive())
+    assert outcomes == {"rank0.sqlite": "Ready", "junk.sqlite": "Invalid"}
+    journal = JobJournal.open(state, root / "job1")
+    assert [r.name for r in journal.state.reports] == [good.name]
+    assert journal.is_quarantined(root / "job1" / "junk.sqlite")

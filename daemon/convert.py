@@ -202,7 +202,9 @@ def write_trace(
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(b" " * (capacity - 1) + b"\n")
-            for batch, _ in merge_bounded(streams, settings.fan_in):
+            # one report's stream is already merged; several are merged with bounded fan-in
+            merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
+            for batch, _ in merged:
                 if not len(batch):
                     continue
                 fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())

@@ -135,10 +135,10 @@ class ReportContext:
 
     def gpu_objects(self, chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(task, thread) arrays for (globalPid, device, stream) columns."""
-        uniq, inverse = np.unique(chunk[["gpid", "device", "stream"]], return_inverse=True)
+        uniq, inverse = factorize(chunk, ("gpid", "device", "stream"))
         tasks = np.empty(len(uniq), dtype=np.int64)
         threads = np.empty(len(uniq), dtype=np.int64)
-        for i, (g, d, s) in enumerate(uniq.tolist()):
+        for i, (g, d, s) in enumerate(uniq):
             found = self._gpu.get((g, d, s))
             if found is None:
                 task = self.task_of(g)
@@ -176,6 +176,30 @@ class ReportContext:
             self.phase_names.append(name)
             self._phase_index[name] = found
         return found
+
+
+def factorize(chunk: np.ndarray, columns: tuple[str, ...]
+              ) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """Distinct combinations of integer columns and each row's index into them.
+
+    Much faster than ``np.unique`` on a structured view: each column is factorized on its own
+    and the small codes are combined into one integer.
+    """
+    code = np.zeros(len(chunk), dtype=np.int64)
+    uniques = []
+    for name in columns:
+        values, inverse = np.unique(chunk[name], return_inverse=True)
+        uniques.append(values.tolist())
+        code = code * len(values) + inverse
+    distinct, inverse = np.unique(code, return_inverse=True)
+    combos: list[tuple[int, ...]] = []
+    for c in distinct.tolist():
+        parts = []
+        for values in reversed(uniques):
+            c, r = divmod(c, len(values))
+            parts.append(values[r])
+        combos.append(tuple(reversed(parts)))
+    return combos, inverse
 
 
 def stream_name(device: int, stream: int) -> str:
@@ -245,9 +269,8 @@ def _activity(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.
     act["end"] = end
     act["stream"] = chunk["stream"]
     act["kind"] = kind
-    pairs, inverse = np.unique(chunk[["gpid", "device"]], return_inverse=True)
-    dev = np.array([ctx.device_index.get((g, d), 0) for g, d in pairs.tolist()],
-                   dtype=np.int32)
+    pairs, inverse = factorize(chunk, ("gpid", "device"))
+    dev = np.array([ctx.device_index.get((g, d), 0) for g, d in pairs], dtype=np.int32)
     act["device"] = dev[inverse]
     return act
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
@@ -35,11 +36,23 @@ from prvstream.daemon.pipeline import (
     report_stream,
 )
 from prvstream.daemon.records import memop_labels, mpi_type, nvtx_type
+from prvstream.daemon.spool import ReportSpool
 from prvstream.sinks import paraver as pv
 from prvstream.sinks.base import Sink
+from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
+from prvstream.sinks.summary import encode_record, write_atomic
 
-__all__ = ["ConvertResult", "convert", "event_types", "expand_inputs", "run", "write_trace"]
+__all__ = [
+    "ConvertResult",
+    "canonical_numbering",
+    "convert",
+    "event_types",
+    "expand_inputs",
+    "run",
+    "track_thread_last",
+    "write_trace",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -150,23 +163,8 @@ def _check_output(path: Path) -> None:
         raise OutputConflict(f"{path} is a symlink; choose another output path")
 
 
-def write_trace(
-    reports: list[PreparedReport],
-    out: Path,
-    settings: Settings,
-    sink: Sink | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> ConvertResult:
-    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
-
-    Numbering is canonical; ``reports`` may come in any order. Memory: chunk x fan-in.
-    """
-    started = time.perf_counter()
-    result = ConvertResult(reports=[str(r.path) for r in reports])
-    if not reports:
-        raise NotAnExport("no convertible export among the inputs")
-    ordered = sorted(reports, key=lambda r: r.sort_key)
-    origin = min(r.wall_start for r in ordered)
+def canonical_numbering(ordered: list[PreparedReport], origin: int) -> Numbering:
+    """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
     seen: dict[str, dict[str, int]] = {}
     objects = []
     for rep in ordered:
@@ -180,11 +178,46 @@ def write_trace(
     if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:
         log.warning("paraver_object_limit", tasks=len(numbering.tasks),
                     limit=pv.MAX_PARAVER_OBJECTS)
+    return numbering
+
+
+def write_trace(
+    reports: list[PreparedReport],
+    out: Path,
+    settings: Settings,
+    sink: Sink | None = None,
+    progress: Callable[[int], None] | None = None,
+    *,
+    numbering: Numbering | None = None,
+    origin: int | None = None,
+    sink_for: Callable[[PreparedReport], Sink | None] | None = None,
+    header_capacity: int = 0,
+    thread_last: dict[tuple[int, int], int] | None = None,
+) -> ConvertResult:
+    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
+
+    By default ids are canonical and the origin is the earliest report start, so ``reports``
+    may come in any order; a live job passes its own ``numbering`` (appended to, never
+    renumbered) and ``origin``. ``sink`` (one report at a time only) or ``sink_for`` (a sink
+    per report) receive the GPU activity. ``thread_last``, when given, is filled with each
+    (task, thread)'s last record time. Memory: chunk x fan-in.
+    """
+    started = time.perf_counter()
+    result = ConvertResult(reports=[str(r.path) for r in reports])
+    if not reports:
+        raise NotAnExport("no convertible export among the inputs")
+    ordered = sorted(reports, key=lambda r: r.sort_key)
+    if origin is None:
+        origin = min(r.wall_start for r in ordered)
+    if numbering is None:
+        numbering = canonical_numbering(ordered, origin)
+    live_numbering = numbering
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
-        ctx, info = report_context(rep, numbering, origin, index, settings.phase_pattern)
+        ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
+        target = sink_for(rep) if sink_for is not None else sink
         try:
-            yield from report_stream(rep, ctx, info, settings.chunk_rows, sink, result.rows)
+            yield from report_stream(rep, ctx, info, settings.chunk_rows, target, result.rows)
         finally:
             rep.close()
 
@@ -193,7 +226,7 @@ def write_trace(
     prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
     for path in (prv, pcf, row):
         _check_output(path)
-    capacity = max(settings.header_capacity,
+    capacity = max(header_capacity or settings.header_capacity,
                    len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
     tmp = Path(tmp_name)
@@ -210,6 +243,8 @@ def write_trace(
                 fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())
                 records += len(batch)
                 end_time = max(end_time, int(batch.keys["time"].max()))
+                if thread_last is not None:
+                    track_thread_last(batch.keys, thread_last)
                 if progress is not None:
                     progress(len(batch))
             fh.flush()
@@ -233,9 +268,26 @@ def write_trace(
     return result
 
 
-def convert(inputs: Iterable[str], out: Path, settings: Settings, sink: Sink | None = None,
+def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int]) -> None:
+    """Fold a sorted batch's last time per (task, thread) into ``last``."""
+    code = keys["task"].astype(np.int64) << 32 | keys["thread"].astype(np.int64)
+    # the batch is sorted by time, so the last occurrence of each object holds its latest time
+    rev_codes, rev_index = np.unique(code[::-1], return_index=True)
+    times = keys["time"][::-1][rev_index]
+    for c, t in zip(rev_codes.tolist(), times.tolist(), strict=True):
+        obj = (c >> 32, c & 0xFFFFFFFF)
+        if t > last.get(obj, -1):
+            last[obj] = t
+
+
+def convert(inputs: Iterable[str], out: Path, settings: Settings,
+            model: EfficiencyModel | None = None,
             progress: Callable[[int], None] | None = None) -> ConvertResult:
-    """Expand, plan and convert; bad inputs are reported and skipped, the rest converted."""
+    """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
+
+    With ``model``, every report's GPU activity is spooled during the one pass over its
+    tables and replayed into the efficiency model in canonical report order afterwards.
+    """
     paths, failed = expand_inputs(inputs)
     reports: list[PreparedReport] = []
     for path in paths:
@@ -248,11 +300,24 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings, sink: Sink | N
     if not reports:
         raise NotAnExport("no convertible export among the inputs: " +
                           "; ".join(f"{p}: {r}" for p, r in failed))
+    spools: dict[Path, ReportSpool] = {}
+
+    def spool_for(rep: PreparedReport) -> Sink | None:
+        if model is None:
+            return None
+        spools[rep.path] = ReportSpool()
+        return spools[rep.path]
+
     try:
-        result = write_trace(reports, out, settings, sink=sink, progress=progress)
+        result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
+        if model is not None:
+            for rep in sorted(reports, key=lambda r: r.sort_key):
+                spools[rep.path].replay(model)
     finally:
         for rep in reports:
             rep.close()
+        for spool in spools.values():
+            spool.discard()
     result.failed = failed
     return result
 
@@ -287,14 +352,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = None
     if sys.stderr.isatty() and not args.no_progress:
         progress = _Progress(0)
-    sink = _batch_summary_sink(out, settings)
+    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9),
+                            gap_threshold_ns=settings.gap_threshold_ns)
     try:
-        result = convert(args.inputs, out, settings, sink=sink, progress=progress)
+        result = convert(args.inputs, out, settings, model=model, progress=progress)
     finally:
         if progress is not None:
             progress.close()
-    if sink is not None:
-        _finish_batch_summary(sink, out)
+    summary_path = out.with_name(out.name + ".summary.json")
+    write_atomic(summary_path, encode_record(model.state()))
+    result.outputs.append(str(summary_path))
     rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
     sys.stdout.write(
         f"prvstream: {len(result.reports)} report(s) -> {out}.prv "
@@ -304,15 +371,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for path_text, reason in result.failed:
         sys.stdout.write(f"prvstream: skipped {path_text}: {reason}\n")
     return 1 if result.failed else 0
-
-
-def _batch_summary_sink(out: Path, settings: Settings) -> Sink | None:
-    """The efficiency sink for ``OUT.summary.json`` (None until the model is available)."""
-    return None
-
-
-def _finish_batch_summary(sink: Sink, out: Path) -> None:
-    return None
 
 
 def reopen_check(path: Path) -> None:

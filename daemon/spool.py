@@ -1,0 +1,71 @@
+"""Spool one report's sink feed (GPU activity, NVTX phases) to a temporary file and replay it.
+
+Batch conversion of several reports interleaves their streams in one merge, while the
+efficiency model takes one report at a time; the daemon must not feed the model a block it may
+still roll back. A spool records the feed in order, with O(batch) memory, and replays it later.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from prvstream.sinks.base import ReportInfo, Sink
+
+__all__ = ["ReportSpool"]
+
+log = structlog.get_logger(__name__)
+
+_PHASES, _ACTIVITY = 0, 1
+
+
+class ReportSpool:
+    """A ``Sink`` that records one report's feed; ``replay`` plays it into another sink."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        fd, name = tempfile.mkstemp(prefix="prvstream-spool-", suffix=".bin", dir=directory)
+        self.path = Path(name)
+        self._fh = os.fdopen(fd, "w+b")
+        self.info: ReportInfo | None = None
+        self.closed = False
+
+    # -- Sink protocol ---------------------------------------------------------------------
+    def begin_report(self, info: ReportInfo) -> None:
+        self.info = info
+
+    def add_activity(self, batch: np.ndarray) -> None:
+        pickle.dump((_ACTIVITY, batch), self._fh, protocol=5)
+
+    def add_phases(self, batch: np.ndarray) -> None:
+        pickle.dump((_PHASES, batch), self._fh, protocol=5)
+
+    def end_report(self) -> None:
+        self.closed = True
+
+    # -- replay ----------------------------------------------------------------------------
+    def replay(self, sink: Sink) -> None:
+        """Feed the recorded report into ``sink`` exactly as it was recorded."""
+        if self.info is None or not self.closed:
+            raise RuntimeError("replay of a spool whose report did not finish")
+        self._fh.flush()
+        self._fh.seek(0)
+        sink.begin_report(self.info)
+        while True:
+            try:
+                kind, batch = pickle.load(self._fh)  # our own temporary file
+            except EOFError:
+                break
+            if kind == _ACTIVITY:
+                sink.add_activity(batch)
+            else:
+                sink.add_phases(batch)
+        sink.end_report()
+
+    def discard(self) -> None:
+        self._fh.close()
+        self.path.unlink(missing_ok=True)

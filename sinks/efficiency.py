@@ -117,6 +117,9 @@ class _Report:
     #: per process: phase instances that may still receive time, as (start, end, phase)
     recent: dict[tuple[str, int], list[tuple[int, int, _Phase]]] = field(default_factory=dict)
     touched: dict[tuple[str, int], _Phase] = field(default_factory=dict)
+    #: activity taken but not swept yet: (start, end, global device, category) arrays
+    pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    pending_rows: int = 0
 
 
 def _add(store: dict[int, np.ndarray], key: int, vec: np.ndarray) -> None:
@@ -135,12 +138,15 @@ class EfficiencyModel:
     """
 
     def __init__(self, job: str, *, window_ns: int = 10_000_000_000,
-                 gap_threshold_ns: int = 1_000_000) -> None:
+                 gap_threshold_ns: int = 1_000_000, flush_rows: int = 65536) -> None:
         if window_ns <= 0:
             raise ValueError(f"window_ns must be positive, got {window_ns}")
         self.job = job
         self.window_ns = int(window_ns)
         self.gap_threshold_ns = int(gap_threshold_ns)
+        #: small batches are buffered up to this many rows before a sweep (results do not
+        #: depend on it; memory is O(flush_rows + open intervals))
+        self.flush_rows = max(int(flush_rows), 1)
         self._devices: list[_Device] = []
         self._device_ids: dict[tuple[str, int], int] = {}
         self._process_devices: dict[tuple[str, int], list[int]] = {}
@@ -183,7 +189,7 @@ class EfficiencyModel:
         self._report = _Report(info, origin, local, processes, sweeps, -(2**62), start, end)
 
     def add_activity(self, batch: np.ndarray) -> None:
-        """Take a batch of ACTIVITY_DTYPE rows (non-decreasing start); finalize time before it."""
+        """Take ACTIVITY_DTYPE rows (non-decreasing start); sweep when ``flush_rows`` wait."""
         rep = self._require_report()
         if len(batch) == 0:
             return
@@ -193,18 +199,32 @@ class EfficiencyModel:
             raise ValueError("activity batches must arrive in non-decreasing start order "
                              "(see the Sink protocol in prvstream.sinks.base)")
         keep = e > s
-        s, e = s[keep], e[keep]
-        gdev = rep.devices[batch["device"][keep]]
-        cat = _CATEGORY[batch["kind"][keep]]
-        rep.first = min(rep.first, int(s[0])) if len(s) else rep.first
-        if len(e):
+        rep.frontier = int(s[-1])
+        if not keep.all():
+            s, e, batch = s[keep], e[keep], batch[keep]
+        if len(s):
+            rep.first = min(rep.first, int(s[0]))
             rep.last = max(rep.last, int(e.max()))
-        hi = int(batch["start"][-1]) + rep.origin
+        rep.pending.append((s, e, rep.devices[batch["device"]], _CATEGORY[batch["kind"]]))
+        rep.pending_rows += len(s)
+        if rep.pending_rows >= self.flush_rows:
+            self._sweep_pending(rep)
+
+    def _sweep_pending(self, rep: _Report) -> None:
+        """Finalize every device of the report up to the last start seen."""
+        hi = rep.frontier
+        if rep.pending:
+            s, e, gdev, cat = (np.concatenate(x) for x in zip(*rep.pending, strict=True))
+            rep.pending, rep.pending_rows = [], 0
+        else:
+            s = e = gdev = np.empty(0, np.int64)
+            cat = np.empty(0, np.int8)
         order = np.argsort(gdev, kind="stable")
         gdev, s, e, cat = gdev[order], s[order], e[order], cat[order]
         bounds = np.flatnonzero(np.diff(gdev)) + 1
         groups = {int(gdev[a]): (a, b) for a, b in
-                  zip(np.r_[0, bounds], np.r_[bounds, len(gdev)], strict=True) if b > a}
+                  zip([0, *bounds.tolist()], [*bounds.tolist(), len(gdev)], strict=True)
+                  if b > a}
         for gid, sw in rep.sweeps.items():
             if gid in groups:
                 a, b = groups[gid]
@@ -213,7 +233,6 @@ class EfficiencyModel:
                 self._advance(rep, gid, sw, s[:0], e[:0], cat[:0], hi, final=False)
             else:
                 sw.lo = max(sw.lo, hi)
-        rep.frontier = hi
         self._prune(rep)
 
     def add_phases(self, batch: np.ndarray) -> None:
@@ -243,6 +262,8 @@ class EfficiencyModel:
     def end_report(self) -> None:
         """Flush open intervals and publish updated records (see ``take_updates``)."""
         rep = self._require_report()
+        if rep.pending:
+            self._sweep_pending(rep)
         for gid, sw in rep.sweeps.items():
             hi = max(rep.last, sw.lo, int(sw.carry_e.max()) if len(sw.carry_e) else sw.lo)
             self._advance(rep, gid, sw, sw.carry_s[:0], sw.carry_e[:0], sw.carry_c[:0], hi,
@@ -314,7 +335,7 @@ class EfficiencyModel:
             sw.idle_since = sw.lo
         if final:
             if sw.idle_since is not None and report_end > sw.idle_since:
-                self._gap(rep, gid, sw.idle_since, report_end)
+                self._add_gaps(rep, gid, np.array([sw.idle_since]), np.array([report_end]))
             sw.idle_since = None
 
     def _attribute(self, rep: _Report, gid: int, edges: np.ndarray, length: np.ndarray,
@@ -334,7 +355,7 @@ class EfficiencyModel:
 
         w = self.window_ns
         ks = np.arange(lo // w, (hi - 1) // w + 1, dtype=np.int64)
-        per_window = np.diff(upto(np.r_[ks, ks[-1] + 1] * w), axis=0)
+        per_window = np.diff(upto(np.append(ks, ks[-1] + 1) * w), axis=0)
         for k, vec in zip(ks.tolist(), per_window, strict=True):
             if vec.any():
                 full = np.zeros(_WIDTH, np.int64)
@@ -354,36 +375,55 @@ class EfficiencyModel:
     def _gaps(self, rep: _Report, gid: int, sw: _Sweep, edges: np.ndarray,
               busy: np.ndarray) -> None:
         """Close idle stretches that end inside these segments; carry the one still open."""
-        idle = np.r_[False, ~busy, False].astype(np.int8)
+        idle = np.concatenate([[0], (~busy).astype(np.int8), [0]])
         d = np.diff(idle)
         starts, stops = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
-        if sw.idle_since is not None and busy[0]:
-            self._gap(rep, gid, sw.idle_since, int(edges[0]))
-            sw.idle_since = None
-        for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
-            g0 = int(edges[a])
-            if a == 0 and sw.idle_since is not None:
-                g0 = sw.idle_since
-            if b == len(busy):  # idle up to the frontier: still open
-                sw.idle_since = g0
+        g0, g1 = edges[starts], edges[np.minimum(stops, len(busy))]
+        if sw.idle_since is not None:
+            if busy[0]:  # the stretch open at the frontier ended right there
+                g0 = np.concatenate([[sw.idle_since], g0])
+                g1 = np.concatenate([[edges[0]], g1])
             else:
-                self._gap(rep, gid, g0, int(edges[b]))
-                sw.idle_since = None
+                g0[0] = sw.idle_since
+        sw.idle_since = None
+        if not busy[-1]:  # idle up to the new frontier: still open
+            sw.idle_since = int(g0[-1])
+            g0, g1 = g0[:-1], g1[:-1]
+        self._add_gaps(rep, gid, g0, g1)
 
-    def _gap(self, rep: _Report, gid: int, g0: int, g1: int) -> None:
-        if g1 - g0 <= self.gap_threshold_ns:
+    def _add_gaps(self, rep: _Report, gid: int, g0: np.ndarray, g1: np.ndarray) -> None:
+        """Count the idle stretches [g0, g1) longer than the threshold in every view."""
+        long_ = (g1 - g0) > self.gap_threshold_ns
+        if not long_.any():
             return
-        vec = np.zeros(_WIDTH, np.int64)
-        vec[_GAPS], vec[_GAP_NS] = 1, g1 - g0
-        self._devices[gid].totals += vec
+        g0, g1 = g0[long_].astype(np.int64), g1[long_].astype(np.int64)
+        dev = self._devices[gid]
+        dev.totals[_GAPS] += len(g0)
+        dev.totals[_GAP_NS] += int((g1 - g0).sum())
         w = self.window_ns
-        for k in range(g0 // w, (g1 - 1) // w + 1):
-            vec[_GAP_NS] = min(g1, (k + 1) * w) - max(g0, k * w)
+        k0, k1 = g0 // w, (g1 - 1) // w
+        single = k0 == k1
+        ks, inv = np.unique(k0[single], return_inverse=True)
+        counts = np.bincount(inv, minlength=len(ks))
+        sums = np.bincount(inv, weights=(g1 - g0)[single], minlength=len(ks))
+        vec = np.zeros(_WIDTH, np.int64)
+        for k, n, total in zip(ks.tolist(), counts.tolist(), sums.tolist(), strict=True):
+            vec[_GAPS], vec[_GAP_NS] = n, int(total)
             _add(self._windows.setdefault(k, {}), gid, vec)
-        for ps, pe, phase in rep.recent.get(self._devices[gid].process, []):
-            if ps < g1 and pe > g0:
-                vec[_GAP_NS] = min(g1, pe) - max(g0, ps)
-                _add(phase.totals, gid, vec)
+        for a, b in zip(g0[~single].tolist(), g1[~single].tolist(), strict=True):
+            for k in range(a // w, (b - 1) // w + 1):
+                vec[_GAPS], vec[_GAP_NS] = 1, min(b, (k + 1) * w) - max(a, k * w)
+                _add(self._windows.setdefault(k, {}), gid, vec)
+        recent = rep.recent.get(dev.process)
+        if recent:
+            ps = np.array([r[0] for r in recent], np.int64)[None, :]
+            pe = np.array([r[1] for r in recent], np.int64)[None, :]
+            hit = (ps < g1[:, None]) & (pe > g0[:, None])
+            inside = np.where(hit, np.minimum(g1[:, None], pe) - np.maximum(g0[:, None], ps),
+                              0)
+            for j in np.flatnonzero(hit.any(axis=0)).tolist():
+                vec[_GAPS], vec[_GAP_NS] = int(hit[:, j].sum()), int(inside[:, j].sum())
+                _add(recent[j][2].totals, gid, vec)
 
     def _prune(self, rep: _Report) -> None:
         """Forget phases that ended before every device of their process can still add time."""
@@ -473,9 +513,11 @@ def summarize(job: str, reports: Iterable[tuple[ReportInfo, np.ndarray, np.ndarr
     """Feed whole reports (info, ACTIVITY_DTYPE rows, PHASE_DTYPE rows or None) in order.
 
     Rows need not be sorted; each report is sorted by start and fed in chunks of
-    ``chunk_rows`` with phases interleaved as the Sink protocol requires. Returns the state.
+    ``chunk_rows`` (also the model's ``flush_rows``) with phases interleaved as the Sink
+    protocol requires. Returns the state.
     """
-    model = EfficiencyModel(job, window_ns=window_ns, gap_threshold_ns=gap_threshold_ns)
+    model = EfficiencyModel(job, window_ns=window_ns, gap_threshold_ns=gap_threshold_ns,
+                            flush_rows=chunk_rows)
     for info, activity, phases in reports:
         feed_report(model, info, activity, phases, chunk_rows=chunk_rows)
     return model.state()

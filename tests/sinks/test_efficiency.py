@@ -189,7 +189,7 @@ def test_updates_order_and_recompute_is_identical() -> None:
                acts([(3000, 9000, 0, 0, C)]), phases([(3000, 10_000, 0, 0)]))]
 
     def run() -> list[bytes]:
-        model = EfficiencyModel("j", window_ns=10_000, gap_threshold_ns=100)
+        model = EfficiencyModel("j", window_ns=10_000, gap_threshold_ns=100, flush_rows=1)
         out: list[bytes] = []
         for info, a, p in inputs:
             feed_report(model, info, a, p, chunk_rows=1)
@@ -330,8 +330,9 @@ def test_matches_naive_reference_and_identity_holds(data, thr: int, window: int)
 
 
 @settings(max_examples=100, deadline=None)
-@given(data=interval_sets(), chunks=st.lists(st.integers(1, 20), min_size=1, max_size=6))
-def test_chunking_never_changes_the_result(data, chunks: list[int]) -> None:  # type: ignore[no-untyped-def]
+@given(data=interval_sets(), chunks=st.lists(st.integers(1, 20), min_size=1, max_size=6),
+       flush=st.integers(1, 8))
+def test_chunking_never_changes_the_result(data, chunks: list[int], flush: int) -> None:  # type: ignore[no-untyped-def]
     infos, actss, phs = data
     reference = msgspec.json.encode(summarize("j", list(zip(infos, actss, phs, strict=True)),
                                               window_ns=25, gap_threshold_ns=3,
@@ -339,7 +340,7 @@ def test_chunking_never_changes_the_result(data, chunks: list[int]) -> None:  # 
 
     def split_feed() -> bytes:
         """Feed each report in the given chunk sizes (phases interleaved by start)."""
-        model = EfficiencyModel("j", window_ns=25, gap_threshold_ns=3)
+        model = EfficiencyModel("j", window_ns=25, gap_threshold_ns=3, flush_rows=flush)
         for info, a, p in zip(infos, actss, phs, strict=True):
             model.begin_report(info)
             pos, pi, i = 0, 0, 0

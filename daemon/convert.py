@@ -72,6 +72,9 @@ class ConvertResult:
     bytes_written: int = 0
     seconds: float = 0.0
     outputs: list[str] = field(default_factory=list)
+    #: the ids and origin the trace was written with
+    numbering: Numbering | None = None
+    origin: int = 0
 
 
 def _nsys_export(rep: Path) -> Path:
@@ -262,6 +265,8 @@ def write_trace(
         raise
     result.records = records
     result.end_time = end_time
+    result.numbering = numbering
+    result.origin = origin
     result.bytes_written = prv.stat().st_size
     result.seconds = time.perf_counter() - started
     result.outputs = [str(prv), str(pcf), str(row)]

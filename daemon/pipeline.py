@@ -189,7 +189,7 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
 
 class ActivityRouter:
     """Holds GPU activity and phases until the merge horizon passes them, then feeds a sink
-    in start order (phases first at equal starts)."""
+    in start order (a phase before activity that starts with it or later)."""
 
     def __init__(self, sink: SinkProtocol | None) -> None:
         self.sink = sink
@@ -224,10 +224,20 @@ class ActivityRouter:
             return
         phases, self._phases = self._split(self._phases, PHASE_DTYPE, horizon)
         activity, self._activity = self._split(self._activity, ACTIVITY_DTYPE, horizon)
-        if len(phases):
-            self.sink.add_phases(phases)
-        if len(activity):
-            self.sink.add_activity(activity)
+        if not len(phases):
+            if len(activity):
+                self.sink.add_activity(activity)
+            return
+        # interleave: activity up to each phase's start, then the phase(s) starting there
+        cuts = np.searchsorted(activity["start"], phases["start"], side="left")
+        done = 0
+        for p, cut in enumerate(cuts.tolist()):
+            if cut > done:
+                self.sink.add_activity(activity[done:cut])
+                done = cut
+            self.sink.add_phases(phases[p : p + 1])
+        if done < len(activity):
+            self.sink.add_activity(activity[done:])
 
 
 _COMM_SQL = """

@@ -1,0 +1,422 @@
+"""One job's growing trace and summaries: append a block per report, recover, compact, finalize.
+
+The single writer of a job. Each report is streamed (bounded memory) and appended to the
+``.prv`` as one time-sorted block behind the last committed byte; then the fixed-capacity header
+is rewritten in place, ``.pcf``/``.row`` are replaced atomically, the summary lines appended, and
+only then is the journal committed. Recovery truncates everything back to the journal. Ids are
+published in arrival order and never change until ``finalize`` renumbers canonically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import structlog
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.convert import event_types, track_thread_last, write_trace
+from prvstream.daemon.journal import JobJournal, OutputDir, ReportEntry, ThreadTime
+from prvstream.daemon.numbering import Numbering, NumberingState
+from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
+from prvstream.daemon.readiness import ReportIdentity
+from prvstream.daemon.spool import ReportSpool
+from prvstream.sinks import paraver as pv
+from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.errors import NotAnExport, PrvstreamError
+from prvstream.sinks.summary import SummaryWriter, encode_record
+
+__all__ = ["AppendResult", "LiveTrace", "output_dir_for"]
+
+log = structlog.get_logger(__name__)
+
+_NS = 1_000_000_000
+
+
+def output_dir_for(job_dir: Path, root: Path, settings: Settings) -> Path:
+    """``J/prvstream/`` or ``--out``/<J relative to its root>/."""
+    if settings.out_dir:
+        rel = os.path.relpath(job_dir, root)
+        return Path(settings.out_dir) / ("" if rel == "." else rel)
+    return job_dir / "prvstream"
+
+
+@dataclass
+class AppendResult:
+    """What appending one report did."""
+
+    report: str
+    records: int
+    rows: Counter[str]
+    compacted: bool
+    seconds: float
+    prv_length: int
+
+
+class _OrderBroken(Exception):
+    """A block would put a thread's records before its earlier ones: compaction needed."""
+
+
+def _copy_numbering(state: NumberingState) -> NumberingState:
+    return msgspec.json.decode(msgspec.json.encode(state), type=NumberingState)
+
+
+class LiveTrace:
+    """The growing ``<job>.prv/.pcf/.row`` and ``summary.jsonl/.json`` of one job."""
+
+    def __init__(self, journal: JobJournal, out_dir: Path, name: str, settings: Settings
+                 ) -> None:
+        self.journal = journal
+        self.settings = settings
+        self.name = name
+        state = journal.state
+        state.out_dir = str(out_dir)
+        self.out = OutputDir(out_dir, owned=[Path(p).name for p in state.outputs]).prepare()
+        self.prv = self.out.path_for(f"{name}.prv")
+        self.pcf = self.out.path_for(f"{name}.pcf")
+        self.row = self.out.path_for(f"{name}.row")
+        self.summary_jsonl = self.out.path_for("summary.jsonl")
+        self.summary_json = self.out.path_for("summary.json")
+        for path in (self.prv, self.pcf, self.row, self.summary_jsonl, self.summary_json):
+            if str(path) not in state.outputs:
+                state.outputs.append(str(path))
+        if not state.header_capacity:
+            state.header_capacity = settings.header_capacity
+        if not state.skew_allowance_ns:
+            state.skew_allowance_ns = int(settings.skew_allowance * _NS)
+        self.numbering = Numbering(state.numbering)
+        self.model = self._new_model()
+        self.thread_last: dict[tuple[int, int], int] = {}
+        #: the last block written and its threads' last times (for the journal entry)
+        self._last_block: tuple[int, int] = (0, 0)
+        self._block_threads: dict[tuple[int, int], int] = {}
+        for entry in state.reports:
+            for tt in entry.thread_last:
+                key = (tt.task, tt.thread)
+                self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
+
+    def _new_model(self) -> EfficiencyModel:
+        return EfficiencyModel(self.name, window_ns=int(self.settings.window * _NS),
+                               gap_threshold_ns=self.settings.gap_threshold_ns)
+
+    @property
+    def end_time(self) -> int:
+        return int(self.journal.state.extra.get("end_time", 0))
+
+    # -- recovery ------------------------------------------------------------------------
+    def recover(self) -> None:
+        """Bring the outputs back to exactly what the journal committed."""
+        state = self.journal.state
+        if state.reports and (not self.prv.exists() or
+                              self.prv.stat().st_size < state.prv_length):
+            log.warning("trace_missing_rebuilding", job=state.job_dir, prv=str(self.prv))
+            self._rebuild(None, state.origin_wall_ns or 0)
+        elif self.prv.exists():
+            with self.out.open(self.prv.name, "r+b") as fh:
+                if state.prv_length:
+                    fh.truncate(state.prv_length)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            if state.prv_length:
+                self._publish_header()
+            else:
+                self.prv.unlink()
+        if state.reports:
+            self._publish_metadata()
+        writer = SummaryWriter(self.summary_jsonl)
+        if writer.length > state.summary_length:
+            writer.truncate_to(state.summary_length)
+        self._refeed_model()
+        log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
+                 prv_length=state.prv_length)
+
+    def _refeed_model(self) -> None:
+        """Rebuild the efficiency model from the committed reports (their sources)."""
+        self.model = self._new_model()
+        state = self.journal.state
+        if not state.reports or state.origin_wall_ns is None:
+            return
+        scratch = Numbering(_copy_numbering(state.numbering))
+        for index, entry in enumerate(state.reports):
+            try:
+                rep = prepare(Path(entry.path), ["kernel", "memcpy", "memset", "nvtx"])
+            except (PrvstreamError, OSError) as exc:
+                log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
+                continue
+            spool = ReportSpool()
+            try:
+                ctx, info = report_context(rep, scratch, state.origin_wall_ns, index,
+                                           self.settings.phase_pattern)
+                for _ in report_stream(rep, ctx, info, self.settings.chunk_rows, spool,
+                                       Counter()):
+                    pass
+                spool.replay(self.model)
+            finally:
+                spool.discard()
+                rep.close()
+        self.model.take_updates()  # already in summary.jsonl
+
+    # -- publishing ------------------------------------------------------------------------
+    def _header(self) -> bytes:
+        return pv.header_line(self.numbering.layout(), self.end_time,
+                              self.journal.state.origin_wall_ns or 0,
+                              self.journal.state.header_capacity)
+
+    def _publish_header(self) -> None:
+        """Rewrite the header in place, or the whole file when it outgrew its capacity."""
+        try:
+            header = self._header()
+        except ValueError:
+            self._grow_header()
+            return
+        pv.rewrite_header(self.prv, header)
+
+    def _grow_header(self) -> None:
+        state = self.journal.state
+        need = len(pv.header_line(self.numbering.layout(), 10**17, state.origin_wall_ns or 0))
+        new_capacity = max(2 * state.header_capacity, need + 1024)
+        old_capacity = state.header_capacity
+        state.header_capacity = new_capacity
+        tmp = self.prv.with_name(f".{self.prv.name}.grow")
+        with self.prv.open("rb") as src, tmp.open("wb") as dst:
+            dst.write(self._header())
+            src.seek(old_capacity)
+            while chunk := src.read(1 << 20):
+                dst.write(chunk)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, self.prv)
+        pv.fsync_dir(self.prv.parent)
+        shift = new_capacity - old_capacity
+        state.prv_length += shift
+        for entry in state.reports:
+            entry.block_start += shift
+            entry.block_end += shift
+        log.info("header_grown", prv=str(self.prv), capacity=new_capacity)
+
+    def _publish_metadata(self) -> None:
+        self.out.replace(self.pcf.name, pv.pcf_text(event_types(self.numbering)).encode())
+        self.out.replace(self.row.name, pv.row_text(self.numbering.layout()).encode())
+
+    def _publish_summary(self) -> None:
+        writer = SummaryWriter(self.summary_jsonl)
+        updates = self.model.take_updates()
+        if updates:
+            self.journal.state.summary_length = writer.append_many(updates)
+        self.out.replace(self.summary_json.name, encode_record(self.model.state()))
+
+    # -- appending -------------------------------------------------------------------------
+    def append(self, path: Path, identity: ReportIdentity) -> AppendResult:
+        """Convert one complete report and commit it to the job (or raise, changing nothing)."""
+        started = time.perf_counter()
+        state = self.journal.state
+        rep = prepare(path, self.settings.kinds or None)
+        spool = ReportSpool()
+        compacted = False
+        try:
+            if state.origin_wall_ns is None:
+                state.origin_wall_ns = rep.wall_start - state.skew_allowance_ns
+            if rep.wall_start < state.origin_wall_ns:
+                log.info("report_before_origin", report=path.name,
+                         origin=state.origin_wall_ns, start=rep.wall_start)
+                compacted = True
+                rows, records = self._rebuild(rep, rep.wall_start - state.skew_allowance_ns,
+                                              spool)
+            else:
+                try:
+                    rows, records = self._append_block(rep, spool)
+                except _OrderBroken:
+                    log.info("thread_order_broken_compacting", report=path.name)
+                    compacted = True
+                    spool.discard()
+                    spool = ReportSpool()
+                    rep.close()
+                    rep = prepare(path, self.settings.kinds or None)
+                    rows, records = self._rebuild(rep, state.origin_wall_ns, spool)
+            spool.replay(self.model)
+            self._publish_summary()
+            self._record_report(rep, identity, records)
+            self.journal.commit()
+        finally:
+            spool.discard()
+            rep.close()
+        result = AppendResult(report=path.name, records=records, rows=rows,
+                              compacted=compacted, seconds=time.perf_counter() - started,
+                              prv_length=state.prv_length)
+        log.info("report_appended", job=state.job_dir, report=path.name, records=records,
+                 compacted=compacted, seconds=round(result.seconds, 3),
+                 tasks=len(self.numbering.tasks))
+        return result
+
+    def _record_report(self, rep: PreparedReport, identity: ReportIdentity, records: int
+                       ) -> None:
+        state = self.journal.state
+        start, end = self._last_block
+        entry = ReportEntry(
+            identity=identity, name=rep.path.name, path=str(rep.path), block_start=start,
+            block_end=end, records=records,
+            thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
+                         for k, t in sorted(self._block_threads.items())],
+            wall_start_ns=rep.wall_start, wall_end_ns=rep.wall_end,
+        )
+        self.journal.add_report(entry)
+        state.finalized = False
+
+    def _append_block(self, rep: PreparedReport, spool: ReportSpool
+                      ) -> tuple[Counter[str], int]:
+        state = self.journal.state
+        assert state.origin_wall_ns is not None
+        saved = _copy_numbering(state.numbering)
+        rows: Counter[str] = Counter()
+        block_threads: dict[tuple[int, int], int] = {}
+        checked: set[tuple[int, int]] = set()
+        start = state.prv_length or state.header_capacity
+        records = 0
+        end_time = self.end_time
+        fresh = not self.prv.exists() or state.prv_length == 0
+        with self.out.open(self.prv.name, "r+b") as fh:
+            try:
+                if fresh:
+                    fh.truncate(0)
+                    fh.write(b" " * (state.header_capacity - 1) + b"\n")
+                else:
+                    fh.truncate(start)
+                fh.seek(start)
+                ctx, info = report_context(rep, self.numbering, state.origin_wall_ns,
+                                           len(state.reports), self.settings.phase_pattern)
+                for batch, _ in report_stream(rep, ctx, info, self.settings.chunk_rows,
+                                              spool, rows):
+                    if not len(batch):
+                        continue
+                    self._check_order(batch.keys, checked)
+                    fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())
+                    records += len(batch)
+                    end_time = max(end_time, int(batch.keys["time"].max()))
+                    track_thread_last(batch.keys, block_threads)
+                fh.flush()
+                os.fsync(fh.fileno())
+                length = fh.tell()
+            except BaseException:
+                fh.truncate(start if not fresh else 0)
+                fh.flush()
+                self._restore_numbering(saved)
+                raise
+        state.prv_length = length
+        state.extra["end_time"] = end_time
+        for key, t in block_threads.items():
+            self.thread_last[key] = max(self.thread_last.get(key, -1), t)
+        self._block_threads = block_threads
+        self._last_block = (start, length)
+        self._publish_header()
+        self._publish_metadata()
+        return rows, records
+
+    def _restore_numbering(self, saved: NumberingState) -> None:
+        self.journal.state.numbering = saved
+        self.numbering = Numbering(saved)
+
+    def _check_order(self, keys: np.ndarray, checked: set[tuple[int, int]]) -> None:
+        """The first record of each thread in this block must not precede its earlier ones."""
+        code = keys["task"].astype(np.int64) << 32 | keys["thread"].astype(np.int64)
+        codes, first = np.unique(code, return_index=True)
+        for c, i in zip(codes.tolist(), first.tolist(), strict=True):
+            obj = (c >> 32, c & 0xFFFFFFFF)
+            if obj in checked:
+                continue
+            checked.add(obj)
+            if int(keys["time"][i]) < self.thread_last.get(obj, -1):
+                raise _OrderBroken(obj)
+
+    def _rebuild(self, extra: PreparedReport | None, origin: int,
+                 spool: ReportSpool | None = None) -> tuple[Counter[str], int]:
+        """Rewrite the whole live trace, globally sorted, from the committed reports' sources
+        (plus ``extra``), keeping every published id; the origin may move earlier."""
+        state = self.journal.state
+        reports: list[PreparedReport] = []
+        try:
+            for entry in state.reports:
+                try:
+                    reports.append(prepare(Path(entry.path), self.settings.kinds or None))
+                except (PrvstreamError, OSError) as exc:
+                    raise NotAnExport(
+                        f"cannot rewrite {self.prv}: committed report {entry.path} is no "
+                        f"longer readable ({exc}); restore it, or finalize without it by "
+                        "moving the job's journal aside") from exc
+            if extra is not None:
+                reports.append(extra)
+            thread_last: dict[tuple[int, int], int] = {}
+            spools = {extra.path: spool} if extra is not None and spool is not None else {}
+            tmp_out = self.prv.with_name(f".{self.name}.rebuild")
+            state.origin_wall_ns = origin
+            result = write_trace(
+                reports, tmp_out, self.settings, numbering=self.numbering, origin=origin,
+                sink_for=lambda r: spools.get(r.path), header_capacity=state.header_capacity,
+                thread_last=thread_last,
+            )
+        finally:
+            for rep in reports:
+                if rep is not extra:
+                    rep.close()
+        tmp_prv = Path(str(tmp_out) + ".prv")
+        header_len = len(tmp_prv.open("rb").readline())
+        state.header_capacity = header_len
+        os.replace(tmp_prv, self.prv)
+        for ext in (".pcf", ".row"):
+            with contextlib.suppress(FileNotFoundError):
+                Path(str(tmp_out) + ext).unlink()
+        pv.fsync_dir(self.prv.parent)
+        length = self.prv.stat().st_size
+        state.prv_length = length
+        state.extra["end_time"] = result.end_time
+        for entry in state.reports:
+            entry.block_start, entry.block_end = header_len, length
+        self.thread_last = dict(thread_last)
+        self._block_threads = dict(thread_last)
+        self._last_block = (header_len, length)
+        self._publish_metadata()
+        return result.rows, result.records
+
+    # -- finalize ---------------------------------------------------------------------------
+    def finalize(self) -> None:
+        """Canonical rewrite: byte-identical to ``prvstream convert`` of the same reports."""
+        state = self.journal.state
+        if not state.reports:
+            log.info("finalize_nothing", job=state.job_dir)
+            return
+        reports: list[PreparedReport] = []
+        try:
+            for entry in state.reports:
+                reports.append(prepare(Path(entry.path), self.settings.kinds or None))
+            thread_last: dict[tuple[int, int], int] = {}
+            tmp_out = self.prv.with_name(f".{self.name}.final")
+            result = write_trace(reports, tmp_out, self.settings, thread_last=thread_last)
+        finally:
+            for rep in reports:
+                rep.close()
+        canonical = result.numbering
+        tmp_prv = Path(str(tmp_out) + ".prv")
+        header_len = len(tmp_prv.open("rb").readline())
+        os.replace(Path(str(tmp_out) + ".pcf"), self.pcf)
+        os.replace(Path(str(tmp_out) + ".row"), self.row)
+        os.replace(tmp_prv, self.prv)
+        pv.fsync_dir(self.prv.parent)
+        assert canonical is not None
+        state.numbering = canonical.state
+        self.numbering = canonical
+        state.origin_wall_ns = result.origin
+        state.header_capacity = header_len
+        state.prv_length = self.prv.stat().st_size
+        state.extra["end_time"] = result.end_time
+        for entry in state.reports:
+            entry.block_start, entry.block_end = header_len, state.prv_length
+        self.thread_last = dict(thread_last)
+        state.finalized = True
+        self.journal.commit()
+        log.info("job_finalized", job=state.job_dir, reports=len(state.reports),
+                 records=result.records, prv=str(self.prv))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
-__all__ = ["AppendResult", "LiveTrace", "output_dir_for"]
+__all__ = ["AppendInterrupted", "AppendResult", "LiveTrace", "output_dir_for"]
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +58,10 @@ class AppendResult:
     compacted: bool
     seconds: float
     prv_length: int
+
+
+class AppendInterrupted(Exception):
+    """The service is stopping: the block in progress was rolled back."""
 
 
 class _OrderBroken(Exception):
@@ -92,6 +97,8 @@ class LiveTrace:
             state.skew_allowance_ns = int(settings.skew_allowance * _NS)
         self.numbering = Numbering(state.numbering)
         self.model = self._new_model()
+        #: set from another thread to roll back the block in progress and stop
+        self.abort = threading.Event()
         self.thread_last: dict[tuple[int, int], int] = {}
         #: the last block written and its threads' last times (for the journal entry)
         self._last_block: tuple[int, int] = (0, 0)
@@ -292,6 +299,8 @@ class LiveTrace:
                                            len(state.reports), self.settings.phase_pattern)
                 for batch, _ in report_stream(rep, ctx, info, self.settings.chunk_rows,
                                               spool, rows):
+                    if self.abort.is_set():
+                        raise AppendInterrupted(rep.path.name)
                     if not len(batch):
                         continue
                     self._check_order(batch.keys, checked)

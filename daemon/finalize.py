@@ -1,0 +1,69 @@
+"""``prvstream finalize JOB|TRACE``: compact a job's live trace into its canonical form.
+
+Finds the job's journal (by job directory, or by a trace path the journal lists among its
+outputs), takes the job's lock (so it refuses while a daemon is writing the job: touch
+``JOB/prvstream.done`` then, and the daemon finalizes), and rewrites the trace canonically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import structlog
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.journal import JobJournal
+from prvstream.daemon.livetrace import LiveTrace
+from prvstream.sinks.errors import JournalCorrupt, PrvstreamError
+
+__all__ = ["find_journal", "finalize_job", "run"]
+
+log = structlog.get_logger(__name__)
+
+
+def find_journal(target: Path, state_dir: str) -> JobJournal:
+    """The journal of the job ``target`` names (a job directory or one of its outputs)."""
+    real = Path(os.path.realpath(target))
+    directory = Path(state_dir)
+    if directory.is_dir():
+        for path in sorted(directory.glob("*.json")):
+            try:
+                journal = JobJournal.load(path)
+            except JournalCorrupt:
+                continue
+            if journal is None:
+                continue
+            state = journal.state
+            if Path(os.path.realpath(state.job_dir)) == real or str(real) in {
+                os.path.realpath(p) for p in state.outputs
+            }:
+                return journal
+    raise PrvstreamError(
+        f"no prvstream journal for {target} under {state_dir}; pass the job directory the "
+        "daemon watched (or its .prv) and the same --state the daemon used"
+    )
+
+
+def finalize_job(target: Path, settings: Settings) -> LiveTrace:
+    journal = find_journal(target, settings.state_dir)
+    journal.lock()
+    try:
+        state = journal.state
+        trace = LiveTrace(journal, Path(state.out_dir), Path(state.job_dir).name or "trace",
+                          settings)
+        trace.recover()
+        trace.finalize()
+        return trace
+    finally:
+        journal.unlock()
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """``prvstream finalize``."""
+    trace = finalize_job(Path(args.target), settings)
+    sys.stdout.write(f"prvstream: finalized {trace.prv} "
+                     f"({len(trace.journal.state.reports)} report(s))\n")
+    return 0

@@ -19,7 +19,7 @@ from prvstream.daemon.journal import JobJournal
 from prvstream.daemon.livetrace import LiveTrace
 from prvstream.sinks.errors import JournalCorrupt, PrvstreamError
 
-__all__ = ["find_journal", "finalize_job", "run"]
+__all__ = ["finalize_job", "find_journal", "run"]
 
 log = structlog.get_logger(__name__)
 

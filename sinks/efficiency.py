@@ -158,6 +158,7 @@ class EfficiencyModel:
         self._last_report = ""
         self._span: tuple[int, int] | None = None
         self._updates: list[SummaryRecord] = []
+        self._latest: SummaryState | None = None
 
     # --- Sink protocol ----------------------------------------------------------------------
 
@@ -276,6 +277,7 @@ class EfficiencyModel:
         self._reports += 1
         self._last_report = rep.info.report_id
         self._report = None
+        first_new = len(self._updates)
         self._updates.append(self._cumulative())
         w = self.window_ns
         for k in range(start // w, (end - 1) // w + 1 if end > start else start // w + 1):
@@ -283,6 +285,7 @@ class EfficiencyModel:
         for phase in sorted(rep.touched.values(), key=lambda p: (p.start, p.name,
                                                                   p.occurrence)):
             self._updates.append(self._phase(phase))
+        self._latest = fold(self._updates[first_new:], self._latest)
         log.debug("efficiency_updated", job=self.job, report=self._last_report,
                   records=len(self._updates))
 
@@ -294,10 +297,10 @@ class EfficiencyModel:
         return out
 
     def state(self) -> SummaryState:
-        """The latest state: cumulative record plus every window and phase row."""
-        rows = [self._window(k) for k in sorted(self._windows)]
-        rows += [self._phase(p) for p in self._phases.values()]
-        return fold(rows, fold([self._cumulative()]))
+        """The latest state: exactly what folding every record published so far gives."""
+        if self._latest is None:
+            return fold([self._cumulative()])
+        return self._latest
 
     # --- the sweep --------------------------------------------------------------------------
 
@@ -528,11 +531,12 @@ def feed_report(model: EfficiencyModel, info: ReportInfo, activity: np.ndarray,
     """Drive one report through ``model``: sort, chunk, interleave phases, end the report."""
     act = activity[np.argsort(activity["start"], kind="stable")]
     ph = phases[np.argsort(phases["start"], kind="stable")] if phases is not None else None
+    starts = np.ascontiguousarray(act["start"])  # a field view is strided: copy once
     model.begin_report(info)
     pos = 0
     for i in range(0 if ph is None else len(ph)):
         assert ph is not None
-        cut = int(np.searchsorted(act["start"], ph["start"][i], "left"))
+        cut = int(np.searchsorted(starts, ph["start"][i], "left"))
         while pos < cut:
             model.add_activity(act[pos:min(cut, pos + chunk_rows)])
             pos = min(cut, pos + chunk_rows)

@@ -359,3 +359,21 @@ def test_chunking_never_changes_the_result(data, chunks: list[int], flush: int) 
         return msgspec.json.encode(model.state())
 
     assert split_feed() == reference
+
+
+def test_state_is_the_fold_of_everything_published() -> None:
+    from prvstream.sinks.summary import fold
+
+    model = EfficiencyModel("j", window_ns=100, gap_threshold_ns=0)
+    published: list[SummaryRecord] = []
+    feed_report(model, report("a", "n0", 1, 0, [0], 0, 300), acts([(0, 250, 0, 0, C)]))
+    published += model.take_updates()
+    # the second rank covers only the last window: earlier windows are not republished
+    feed_report(model, report("b", "n1", 2, 1, [0], 200, 300), acts([(210, 290, 0, 0, C)]))
+    second = model.take_updates()
+    assert [(r.view, r.index) for r in second] == [("cumulative", 0), ("window", 2)]
+    published += second
+    state = model.state()
+    assert state == fold(published)
+    assert [w.reports for w in state.windows] == [1, 1, 2]
+    assert [len(w.devices) for w in state.windows] == [1, 1, 2]

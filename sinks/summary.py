@@ -463,8 +463,10 @@ def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
             color="#bbbbbb")
     ax1.set_xticks(xs, labels, rotation=60, ha="right", fontsize=7)
     ax1.set_ylabel("seconds")
+    ax1.set_ylim(0, 1.18 * max([u + c + i for u, c, i in zip(useful, comm, idle, strict=True)],
+                               default=1.0) or 1.0)
     ax1.set_title(f"job {state.job}: devices")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, ncol=3, loc="upper center")
     series: Sequence[SummaryRecord] = state.windows or history or [state]
     t0 = min((r.start_ns for r in series), default=0)
     x = [((r.start_ns if r.view == "window" else r.end_ns) - t0) / 1e9 for r in series]

@@ -1,11 +1,13 @@
 """Check the cfgs in ``cfgs/`` with Paraver's own ``paramedir`` against the SQLite rows.
 
 Converts each export to a temporary trace, runs every cfg through paramedir, and compares per
-stream thread: time in state Running (``useful_time_per_gpu.cfg``) with the summed durations of
-the non-NCCL kernels, time in states 13 + 17 (``comm_time_per_gpu.cfg``) with NCCL kernels +
-memcpy + memset, bytes (``memcpy_sizes.cfg``) with memcpy + memset bytes, and time with a kernel
-name (``kernel_names.cfg``) with all kernels. Any stderr output of paramedir, an aborted cfg or
-a missing output file is a failure.
+stream thread: time in state Running (``useful_time_per_gpu.cfg``) with the non-NCCL kernels,
+time in states 13 + 17 (``comm_time_per_gpu.cfg``) with NCCL kernels + memcpy + memset, bytes
+(``memcpy_sizes.cfg``) with memcpy + memset bytes, time with a kernel name
+(``kernel_names.cfg``) with all kernels; per task, the kernels-in-flight and NCCL/compute
+overlap histograms with a sweep over the kernels. Times are compared with the union of the
+intervals (equal to the plain sum, also printed, unless operations overlap on one stream).
+Any stderr output of paramedir, an aborted cfg or a missing output file is a failure.
 
 Usage: ``PARAMEDIR=/path/to/paramedir python tests/bench/check_paramedir.py [EXPORT ...]``
 (or ``--paramedir PATH``; default exports: the real ones the tests use). Exits 1 on mismatch.
@@ -55,7 +57,8 @@ class TraceObjects:
 
 def read_objects(prv: Path) -> TraceObjects:
     """Task and thread names from the .row, threads per task from the .prv header."""
-    header = prv.open("rb").readline().decode().rstrip()
+    with prv.open("rb") as fh:
+        header = fh.readline().decode().rstrip()
     counts = [int(part.split(":")[0]) for part in
               header.split(":", 5)[5].split("(", 1)[1].split(")", 1)[0].split(",")]
     levels: dict[str, list[str]] = {}
@@ -191,6 +194,40 @@ def sqlite_expectations(export: Path) -> Expected:
     return Expected(union, sums)
 
 
+def task_sweeps(export: Path) -> dict[int, dict[str, dict[int, float]]]:
+    """Per pid, from a sweep over all its kernels: ``inflight`` = ns with k >= 1 kernels
+    running; ``overlap`` = ns with compute only (1), NCCL only (2), both (3)."""
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    try:
+        if not _has(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
+            return {}
+        rows = con.execute(
+            "SELECT (globalPid >> 24) & 16777215, lower(s.value) LIKE 'nccl%', k.start, k.end "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.shortName"
+        ).fetchall()
+    finally:
+        con.close()
+    edges: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for p, nccl, start, end in rows:
+        edges[p] += [(start, 1, nccl), (end, -1, nccl)]
+    out: dict[int, dict[str, dict[int, float]]] = {}
+    for p, evs in edges.items():
+        evs.sort(key=lambda e: (e[0], e[1]))
+        running = [0, 0]
+        inflight: dict[int, float] = defaultdict(float)
+        overlap: dict[int, float] = defaultdict(float)
+        last = evs[0][0]
+        for t, delta, nccl in evs:
+            if t > last:
+                if sum(running):
+                    inflight[sum(running)] += t - last
+                    overlap[(2 if running[1] else 0) + (1 if running[0] else 0)] += t - last
+                last = t
+            running[nccl] += delta
+        out[p] = {"inflight": dict(inflight), "overlap": dict(overlap)}
+    return out
+
+
 def stream_overlaps(export: Path) -> int:
     """GPU operations (kernels, copies, memsets) that start before the previous one on their
     stream ended: Paraver state records may not overlap on one thread."""
@@ -227,7 +264,8 @@ def run_paramedir(paramedir: str, prv: Path, cfgs: list[Path], workdir: Path,
     """Run paramedir once on ``prv`` with ``cfgs`` (outputs land in ``workdir``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env.setdefault("HOME", str(workdir))
+    # a throw-away home: paramedir writes ~/.paraver/paraver.xml on its first run
+    env["HOME"] = str(workdir)
     proc = subprocess.run([paramedir, "-npr", str(prv), *map(str, cfgs)], cwd=workdir,
                           capture_output=True, text=True, timeout=timeout, env=env,
                           check=False)
@@ -307,6 +345,24 @@ def compare(export: Path, prv: Path, run: RunResult) -> tuple[list[Row], list[st
         for key, value in want.union[metric].items():
             if key not in seen and value:
                 problems.append(f"{stem}: SQLite has {value} for {key}, no thread in trace")
+    sweeps = task_sweeps(export)
+    for stem, metric in (("kernels_in_flight", "inflight"), ("nccl_compute_overlap", "overlap")):
+        path = run.outputs.get(stem)
+        if path is None:
+            continue
+        columns, hist = parse_histogram(path)
+        if len(hist) != len(objs.tasks):
+            problems.append(f"{stem}: {len(hist)} rows for {len(objs.tasks)} tasks")
+            continue
+        for task, (row_label, values) in enumerate(hist, 1):
+            found = _TASK_PID.search(objs.tasks[task - 1])
+            want_task = sweeps.get(int(found.group(1)) if found else -1, {}).get(metric, {})
+            # column 0 (nothing running) also counts the trace's time outside the kernels
+            for col, got in zip(columns[1:], values[1:], strict=True):
+                expect = want_task.get(int(col), 0.0)
+                if got or expect:
+                    rows.append(Row(label, f"{task} col {col} {row_label}", metric, got,
+                                    expect, expect))
     path = run.outputs.get("kernel_names")
     if path is not None:
         nonzero = parse_timeline_nonzero(path)

@@ -1,0 +1,171 @@
+"""Helpers shared by the benchmark scripts: measured child runs, synthetic exports, the floor.
+
+Every measured command runs in its own child process; its peak RSS is the child's own
+``ru_maxrss`` (VmHWM) from ``wait4``, so one measurement never inherits another's peak.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "GPU_TABLES",
+    "Run",
+    "add_context_info",
+    "count_events",
+    "export_rows",
+    "load",
+    "median",
+    "real_data_dir",
+    "run_measured",
+    "sqlite_floor_cmd",
+    "synth_export",
+]
+
+#: the tables a CUDA-only comparison reads (kernels, memory operations, CUDA API)
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")
+
+
+@dataclass
+class Run:
+    """One measured child process."""
+
+    wall_s: float
+    peak_rss_mib: float
+    returncode: int
+    load: float
+    timed_out: bool = False
+
+
+def load() -> float:
+    """The 1-minute load average (other work on the machine skews timings)."""
+    return os.getloadavg()[0]
+
+
+def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 3600.0,
+                 env: dict[str, str] | None = None, log: Path | None = None) -> Run:
+    """Run ``cmd`` under ``nice``; its wall time and its own peak RSS (MiB)."""
+    before = load()
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        start = time.perf_counter()
+        proc = subprocess.Popen(["nice", "-n", "5", *cmd], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                return Run(time.perf_counter() - start, usage.ru_maxrss / 1024, -9,
+                           max(before, load()), timed_out=True)
+            time.sleep(0.005)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
+    return Run(wall, usage.ru_maxrss / 1024, proc.returncode, max(before, load()))
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def real_data_dir() -> Path:
+    """Where the real exports are: ``$PRVSTREAM_TEST_DATA`` or the tests' default."""
+    default = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "nsys"
+    return Path(os.environ.get("PRVSTREAM_TEST_DATA", str(default)))
+
+
+def synth_export(path: Path, rows: int, version: str = "2024.5") -> Path:
+    """A one-rank synthetic export of about ``rows`` rows (written in a child process)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    code = ("import sys\n"
+            "from prvstream.daemon.synth import SynthSpec, steps_for_rows, write_export\n"
+            "rows, version, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
+            "spec = SynthSpec(ranks=1, nsys_version=version)\n"
+            "spec = SynthSpec(ranks=1, nsys_version=version, steps=steps_for_rows(rows, spec))\n"
+            "write_export(path + '.tmp', spec, 0)\n")
+    subprocess.run([sys.executable, "-c", code, str(rows), version, str(path)], check=True)
+    os.replace(str(path) + ".tmp", path)
+    return path
+
+
+def add_context_info(path: Path) -> None:
+    """Add ``TARGET_INFO_CUDA_CONTEXT_INFO`` (derived from the kernel rows) to a synthetic export.
+
+    Real nsys writes this table and nsys2prv requires it; the synthetic model does not write it.
+    prvstream does not read it, so adding it changes nothing for prvstream.
+    """
+    with sqlite3.connect(path) as conn:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name="
+                        "'TARGET_INFO_CUDA_CONTEXT_INFO'").fetchone():
+            return
+        conn.execute("CREATE TABLE TARGET_INFO_CUDA_CONTEXT_INFO (nullStreamId INTEGER NOT NULL, "
+                     "hwId INTEGER NOT NULL, vmId INTEGER NOT NULL, processId INTEGER NOT NULL, "
+                     "deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, "
+                     "parentContextId INTEGER, isGreenContext INTEGER)")
+        conn.execute("INSERT INTO TARGET_INFO_CUDA_CONTEXT_INFO SELECT DISTINCT 7, 0, 0, "
+                     "(globalPid >> 24) & 16777215, deviceId, contextId, NULL, 0 "
+                     "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+
+
+def export_rows(path: Path, tables: tuple[str, ...] | None = None) -> dict[str, int]:
+    """Row counts of ``tables`` (default: every table with a ``start`` column)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        counts = {}
+        for name in names:
+            if tables is not None and name not in tables:
+                continue
+            cols = {r[1] for r in conn.execute(f"PRAGMA table_info({name})")}
+            if tables is None and "start" not in cols:
+                continue
+            counts[name] = conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+        return counts
+    finally:
+        conn.close()
+
+
+def sqlite_floor_cmd(path: Path, tables: list[str]) -> list[str]:
+    """The floor: the ``sqlite3`` shell reading the same rows in time order, to /dev/null."""
+    sql = "; ".join(f"SELECT * FROM {t} ORDER BY start" for t in tables) + ";"
+    return ["sh", "-c", f"sqlite3 'file:{path}?mode=ro' '{sql}' > /dev/null"]
+
+
+_EV_LINE = re.compile(rb"^2:")
+
+
+def count_events(prv: Path) -> dict[str, int]:
+    """Events that begin something, by group: (type, value != 0) pairs in event records."""
+    groups = {b"63000006": "kernel", b"63000007": "kernel", b"63000001": "memop",
+              b"63000000": "api"}
+    counts = dict.fromkeys(("kernel", "memop", "api"), 0)
+    with open(prv, "rb") as fh:
+        next(fh)  # header
+        for line in fh:
+            if not _EV_LINE.match(line):
+                continue
+            fields = line.rstrip().split(b":")
+            pairs = fields[6:]
+            for i in range(0, len(pairs) - 1, 2):
+                group = groups.get(pairs[i])
+                if group is not None and pairs[i + 1] != b"0":
+                    counts[group] += 1
+    return counts

@@ -1,0 +1,106 @@
+"""Benchmark ``prvstream convert`` at 1M and 10M rows: rows/s, records/s, MB/s, peak RSS, floor.
+
+Each conversion runs in a fresh child process (``python -m prvstream.daemon convert``, all data
+kinds, efficiency summary in the same pass) whose own peak RSS (VmHWM, ``ru_maxrss`` from
+``wait4``) is recorded, alternating with the ``sqlite3`` shell reading the same tables
+``ORDER BY start`` into /dev/null (the floor). Memory must be flat: 10x the rows, < 1.2x the RSS.
+
+Usage: ``python tests/bench/bench_convert.py [--sizes 1000000,10000000] [--reps 5]
+[--big-reps 3] [--dir DIR] [--json OUT]`` (sizes of 5M rows and more run ``--big-reps`` times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from _benchlib import Run, export_rows, median, run_measured, sqlite_floor_cmd, synth_export
+
+
+def prv_records(prv: Path) -> int:
+    """Record lines of a .prv (everything after the header)."""
+    with open(prv, "rb") as fh:
+        return sum(buf.count(b"\n") for buf in iter(lambda: fh.read(1 << 24), b"")) - 1
+
+
+def measure(export: Path, reps: int, work: Path) -> dict[str, object]:
+    rows = export_rows(export)
+    total = sum(rows.values())
+    out = work / "out"
+    cmd = [sys.executable, "-m", "prvstream.daemon", "convert", str(export), "-o", str(out),
+           "--no-progress", "--log-level", "error"]
+    floor_cmd = sqlite_floor_cmd(export, sorted(rows))
+    conv: list[Run] = []
+    floor: list[Run] = []
+    records = size = 0
+    for rep in range(reps):
+        conv.append(run_measured(cmd, log=work / "convert.log"))
+        if conv[-1].returncode != 0:
+            raise SystemExit(f"convert failed; see {work / 'convert.log'}")
+        prv = out.with_name("out.prv")
+        records, size = prv_records(prv), prv.stat().st_size
+        for ext in (".prv", ".pcf", ".row", ".summary.json"):
+            out.with_name("out" + ext).unlink(missing_ok=True)
+        floor.append(run_measured(floor_cmd))
+        print(f"  {total:,} rows rep {rep + 1}/{reps}: convert {conv[-1].wall_s:.2f} s "
+              f"{conv[-1].peak_rss_mib:.1f} MiB, floor {floor[-1].wall_s:.2f} s, "
+              f"load {max(conv[-1].load, floor[-1].load):.2f}", flush=True)
+    wall = median([r.wall_s for r in conv])
+    return {
+        "rows": total, "tables": rows, "reps": reps, "records": records, "prv_mb": size / 1e6,
+        "convert_s": wall, "convert_s_all": [r.wall_s for r in conv],
+        "floor_s": median([r.wall_s for r in floor]),
+        "rows_per_s": total / wall, "records_per_s": records / wall, "mb_per_s": size / 1e6 / wall,
+        "peak_rss_mib": max(r.peak_rss_mib for r in conv),
+        "multiple_of_floor": wall / median([r.wall_s for r in floor]),
+        "max_load": max(r.load for r in conv + floor),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000000,10000000")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--big-reps", type=int, default=3)
+    parser.add_argument("--version", default="2026.2", choices=["2022.2", "2024.5", "2026.2"])
+    parser.add_argument("--dir", help="work directory (default: a temporary one)")
+    parser.add_argument("--json", help="also write the results as JSON here")
+    args = parser.parse_args()
+    if shutil.which("sqlite3") is None:
+        raise SystemExit("the sqlite3 command-line shell is needed for the floor")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
+          f"{platform.python_version()}", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="prvstream-bench-") as tmp:
+        work = Path(tmp)
+        for size in (int(s) for s in args.sizes.split(",") if s):
+            export = synth_export(work / f"synth_{size}.sqlite", size, args.version)
+            reps = args.big_reps if size >= 5_000_000 else args.reps
+            results.append(measure(export, reps, work))
+            export.unlink()
+    print("| rows | runs | convert s (median) | rows/s | records/s | MB/s written | "
+          "peak RSS MiB | sqlite3 floor s | × floor | max load |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['rows']:,} | {r['reps']} | {r['convert_s']:.2f} | {r['rows_per_s']:,.0f} | "
+              f"{r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | {r['peak_rss_mib']:.1f} | "
+              f"{r['floor_s']:.2f} | {r['multiple_of_floor']:.1f} | {r['max_load']:.2f} |")
+    if len(results) >= 2:
+        a, b = results[0], results[-1]
+        assert isinstance(a["peak_rss_mib"], float) and isinstance(b["peak_rss_mib"], float)
+        print(f"RSS growth {a['rows']:,} -> {b['rows']:,} rows: "
+              f"{b['peak_rss_mib'] / a['peak_rss_mib']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

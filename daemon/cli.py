@@ -50,7 +50,8 @@ def _positive_int(text: str) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="TOML settings file (see docs/config.md)")
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML settings file (see systemd/prvstream.toml.example)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
     p.add_argument("--log-json", action="store_true", default=None,
                    help="log JSON lines even on a terminal")

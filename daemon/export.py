@@ -187,6 +187,8 @@ class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
     first_seen: dict[str, list[tuple[int, int]]]
     #: (gpu, metricId) pairs of GPU_METRICS
     gpu_metrics: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    #: (globalPid, streamId, deviceId as written, device it belongs to) of sync rows
+    sync_devices: list[tuple[int, int, int, int]] = msgspec.field(default_factory=list)
 
 
 def _header_problem(path: Path) -> str | None:
@@ -584,6 +586,8 @@ class _Planner:
     def __init__(self, export: Export) -> None:
         self.x = export
         self.streams: set[tuple[int, int, int]] = set()
+        #: (globalPid, deviceId, streamId) of synchronization rows, placed after the others
+        self.sync_keys: set[tuple[int, int, int]] = set()
         self.threads: set[int] = set()
         self.counts: dict[str, int] = {}
         self.first: dict[str, dict[int, int]] = {}
@@ -615,7 +619,10 @@ class _Planner:
         for row in self.x.rows(sql):
             g, d, s = (int(v) for v in row[:3])  # type: ignore[call-overload]
             start, cnt = int(row[n]), int(row[n + 1])  # type: ignore[call-overload]
-            self.streams.add((g, d, s))
+            if kind == "sync":
+                self.sync_keys.add((g, d, s))
+            else:
+                self.streams.add((g, d, s))
             self._count(kind, cnt)
             for (key, _), v in zip(values, row[3:n], strict=True):
                 self._see(key, int(v), start)  # type: ignore[call-overload]
@@ -666,6 +673,7 @@ class _Planner:
                 self.metrics.add((int(gpu), int(metric)))  # type: ignore[call-overload]
                 self._count("gpu_metrics", int(cnt))  # type: ignore[call-overload]
                 self._see("gpu_metrics", int(metric), int(start))  # type: ignore[call-overload]
+        sync_devices = self._place_syncs()
         by_proc: dict[int, list[int]] = {}
         for g in sorted(self.threads):
             by_proc.setdefault(process_of(g), []).append(g)
@@ -674,7 +682,30 @@ class _Planner:
                  for k, d in self.first.items()}
         return ExportPlan(streams=sorted(self.streams), threads=sorted(self.threads),
                           threads_by_process=by_proc, processes=procs, counts=self.counts,
-                          first_seen=first, gpu_metrics=sorted(self.metrics))
+                          first_seen=first, gpu_metrics=sorted(self.metrics),
+                          sync_devices=sync_devices)
+
+    def _place_syncs(self) -> list[tuple[int, int, int, int]]:
+        """Synchronization rows carry deviceId 0 in real exports whatever the GPU: take the
+        device from the process's other activity on the same stream, or its only device."""
+        devices_of: dict[tuple[int, int], set[int]] = {}
+        per_process: dict[int, set[int]] = {}
+        for g, d, s in self.streams:
+            devices_of.setdefault((g, s), set()).add(d)
+            per_process.setdefault(g, set()).add(d)
+        placed: list[tuple[int, int, int, int]] = []
+        for g, d, s in sorted(self.sync_keys):
+            on_stream = devices_of.get((g, s), set())
+            in_process = per_process.get(g, set())
+            if len(on_stream) == 1:
+                device = next(iter(on_stream))
+            elif s < 0 and len(in_process) == 1:
+                device = next(iter(in_process))
+            else:
+                device = d
+            placed.append((g, s, d, device))
+            self.streams.add((g, device, s))
+        return placed
 
     def _nvtx(self, src: KindSource) -> None:
         """NVTX: text ids, inline texts (interned) and domains in one grouped scan."""

@@ -165,6 +165,7 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         report_index=report_index, end_rel=meta.last_ns + offset, process_index=process_index,
         device_index={}, phase_pattern=re.compile(phase_pattern),
         thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
+        sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
     )
     for gpid, (host, pid, name, rank, threads) in zip(rep.plan.processes, objects, strict=True):
         task = numbering.task(host, pid, name, rank)

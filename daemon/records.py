@@ -97,6 +97,10 @@ class ReportContext:
     phase_names: list[str] = field(default_factory=list)
     thread_names: dict[int, str] = field(default_factory=dict)
     nvtx_domain_names: dict[int, str] = field(default_factory=dict)
+    #: (globalPid, stream, device as written) -> the device synchronization rows belong to
+    sync_devices: dict[tuple[int, ...], int] = field(default_factory=dict)
+    #: (kind, task, thread) -> end of the last state written there (states never overlap)
+    _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
     _cpu: dict[int, tuple[int, int]] = field(default_factory=dict)
     _gpu: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
     _task: dict[int, int] = field(default_factory=dict)
@@ -243,6 +247,34 @@ def _end_prio(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.where(end > start, PRIO_END, PRIO_END_AFTER_BEGIN).astype(np.uint8)
 
 
+def state_starts(ctx: ReportContext, kind: str, task: np.ndarray, thread: np.ndarray,
+                 start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Begin times that never overlap on one thread, for states and begin events.
+
+    Operations on one stream can overlap slightly (programmatic dependent launch); Paraver
+    drops a state that begins before the previous one ends, and an end event would clear the
+    next operation's value, so each operation shows from the latest end seen on its thread (a
+    fully covered one gets zero length). The efficiency model keeps the true intervals.
+    """
+    out = start.copy()
+    code = (task.astype(np.int64) << 32) | thread.astype(np.int64)
+    order = np.argsort(code, kind="stable")
+    sorted_code = code[order]
+    cuts = np.flatnonzero(np.diff(sorted_code)) + 1
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True):
+        if hi <= lo:
+            continue
+        idx = order[lo:hi]
+        c = int(sorted_code[lo])
+        key = (kind, c >> 32, c & 0xFFFFFFFF)
+        carry = ctx._state_end.get(key, np.iinfo(np.int64).min)
+        e = end[idx]
+        prev = np.maximum.accumulate(np.concatenate(([carry], e)))[:-1]
+        out[idx] = np.minimum(np.maximum(start[idx], prev), e)
+        ctx._state_end[key] = max(carry, int(e.max()))
+    return out
+
+
 def _interval_batch(ctx: ReportContext, kind: str, start: np.ndarray, end: np.ndarray,
                     task: np.ndarray, thread: np.ndarray, begin_lines: np.ndarray,
                     end_lines: np.ndarray, state_lines: np.ndarray | None = None,
@@ -288,13 +320,15 @@ def convert_kernel(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     etype = np.where(nccl, pv.EV_NCCL, pv.EV_KERNEL)
     state = np.where(nccl, pv.STATE_COMM, pv.STATE_RUNNING)
     attrs = [np.maximum(chunk[col], 0) for _, _, col in pv.EV_KERNEL_ATTRS]
+    # a kernel overlapping its predecessor on the stream shows from the predecessor's end
+    shown = state_starts(ctx, "kernel", task, thread, start, end)
     begin = _lines("2:0:1:%d:%d:%d:%d:%d:" + str(pv.EV_CORRELATION) + ":%d" + _ATTR_FMT,
-                   task, thread, start, etype, value, np.maximum(chunk["corr"], 0), *attrs)
+                   task, thread, shown, etype, value, np.maximum(chunk["corr"], 0), *attrs)
     finish = _lines("2:0:1:%d:%d:%d:%d:0", task, thread, end, etype)
-    states = _lines("1:0:1:%d:%d:%d:%d:%d", task, thread, start, end, state)
+    states = _lines("1:0:1:%d:%d:%d:%d:%d", task, thread, shown, end, state)
     kind = np.where(nccl, ActivityKind.NCCL, ActivityKind.COMPUTE).astype(np.uint8)
     return ChunkResult(
-        _interval_batch(ctx, "kernel", start, end, task, thread, begin, finish, states),
+        _interval_batch(ctx, "kernel", shown, end, task, thread, begin, finish, states),
         activity=_activity(ctx, chunk, start, end, kind), rows=len(chunk),
     )
 
@@ -312,13 +346,14 @@ def _convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str) -> ChunkRes
         act_kind = ActivityKind.MEMSET
     size = np.maximum(chunk["bytes"], 0)
     corr = np.maximum(chunk["corr"], 0)
+    shown = state_starts(ctx, kind, task, thread, start, end)
     begin = _lines(f"2:0:1:%d:%d:%d:{pv.EV_MEMOP}:%d:{pv.EV_MEMOP_BYTES}:%d"
-                   f":{pv.EV_CORRELATION}:%d", task, thread, start, value, size, corr)
+                   f":{pv.EV_CORRELATION}:%d", task, thread, shown, value, size, corr)
     finish = _lines(f"2:0:1:%d:%d:%d:{pv.EV_MEMOP}:0:{pv.EV_MEMOP_BYTES}:0",
                     task, thread, end)
-    states = _lines(f"1:0:1:%d:%d:%d:%d:{pv.STATE_MEMORY}", task, thread, start, end)
+    states = _lines(f"1:0:1:%d:%d:%d:%d:{pv.STATE_MEMORY}", task, thread, shown, end)
     return ChunkResult(
-        _interval_batch(ctx, kind, start, end, task, thread, begin, finish, states),
+        _interval_batch(ctx, kind, shown, end, task, thread, begin, finish, states),
         activity=_activity(ctx, chunk, start, end, act_kind), rows=len(chunk),
     )
 
@@ -332,6 +367,11 @@ def convert_memset(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
 
 
 def convert_sync(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    if ctx.sync_devices:
+        chunk = chunk.copy()
+        combos, inverse = factorize(chunk, ("gpid", "stream", "device"))
+        placed = np.array([ctx.sync_devices.get(c, c[2]) for c in combos], dtype=np.int32)
+        chunk["device"] = placed[inverse]
     start = chunk["start"] + ctx.offset
     end = chunk["end"] + ctx.offset
     task, thread = ctx.gpu_objects(chunk)

@@ -202,14 +202,22 @@ def task_sweeps(export: Path) -> dict[int, dict[str, dict[int, float]]]:
         if not _has(con, "CUPTI_ACTIVITY_KIND_KERNEL"):
             return {}
         rows = con.execute(
-            "SELECT (globalPid >> 24) & 16777215, lower(s.value) LIKE 'nccl%', k.start, k.end "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.shortName"
+            "SELECT (globalPid >> 24) & 16777215, lower(s.value) LIKE 'nccl%', k.start, k.end, "
+            "k.deviceId, k.streamId "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL AS k JOIN StringIds AS s ON s.id = k.shortName "
+            "ORDER BY k.start"
         ).fetchall()
     finally:
         con.close()
+    # a stream shows one kernel at a time: one overlapping its predecessor on the same stream
+    # is shown from the predecessor's end (as the converter writes it)
+    stream_end: dict[tuple[int, int, int], int] = {}
     edges: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for p, nccl, start, end in rows:
-        edges[p] += [(start, 1, nccl), (end, -1, nccl)]
+    for p, nccl, start, end, dev, stream in rows:
+        prev = stream_end.get((p, dev, stream), start)
+        shown = min(max(start, prev), end)
+        stream_end[(p, dev, stream)] = max(prev, end)
+        edges[p] += [(shown, 1, nccl), (end, -1, nccl)]
     out: dict[int, dict[str, dict[int, float]]] = {}
     for p, evs in edges.items():
         evs.sort(key=lambda e: (e[0], e[1]))

@@ -254,12 +254,6 @@ def _check(export: Path, workdir: Path) -> None:
     check = _checker()
     rows, failures, _notes = check.check_export(_paramedir(), export, workdir)
     assert rows, "nothing compared"
-    if failures and check.stream_overlaps(export) and all(
-            ": paramedir " in f for f in failures):
-        # known: the converter writes overlapping state records when the export has GPU
-        # operations overlapping on one stream; Paraver then drops one of them
-        pytest.xfail("GPU operations overlap on one stream; state records overlap: "
-                     + "; ".join(failures))
     assert not failures, "\n".join(failures)
 
 

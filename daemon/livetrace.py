@@ -124,6 +124,12 @@ class LiveTrace:
                               self.prv.stat().st_size < state.prv_length):
             log.warning("trace_missing_rebuilding", job=state.job_dir, prv=str(self.prv))
             self._rebuild(None, state.origin_wall_ns or 0)
+        elif state.reports and not self._prv_is_committed():
+            # a rewrite (compaction, header growth, finalize) was renamed into place but its
+            # journal commit never happened: the bytes do not match the journal's offsets
+            log.warning("trace_replaced_uncommitted_rebuilding", job=state.job_dir,
+                        prv=str(self.prv))
+            self._rebuild(None, state.origin_wall_ns or 0)
         elif self.prv.exists():
             with self.out.open(self.prv.name, "r+b") as fh:
                 if state.prv_length:
@@ -140,8 +146,21 @@ class LiveTrace:
         if writer.length > state.summary_length:
             writer.truncate_to(state.summary_length)
         self._refeed_model()
+        self._remember_prv()
         log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
                  prv_length=state.prv_length)
+
+    def _prv_is_committed(self) -> bool:
+        """Is the ``.prv`` on disk the file the journal last described (same inode)?"""
+        inode = self.journal.state.extra.get("prv_inode")
+        return inode is None or not self.prv.exists() or self.prv.stat().st_ino == inode
+
+    def _remember_prv(self) -> None:
+        """Record the ``.prv``'s inode for the next journal commit (rewrites change it)."""
+        if self.prv.exists():
+            self.journal.state.extra["prv_inode"] = self.prv.stat().st_ino
+        else:
+            self.journal.state.extra.pop("prv_inode", None)
 
     def _refeed_model(self) -> None:
         """Rebuild the efficiency model from the committed reports (their sources)."""
@@ -249,6 +268,7 @@ class LiveTrace:
             spool.replay(self.model)
             self._publish_summary()
             self._record_report(rep, identity, records)
+            self._remember_prv()
             self.journal.commit()
         finally:
             spool.discard()
@@ -273,6 +293,11 @@ class LiveTrace:
             wall_start_ns=rep.wall_start, wall_end_ns=rep.wall_end,
         )
         self.journal.add_report(entry)
+        # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
+        key = str(rep.path)
+        if any(q.path == key for q in state.quarantined):
+            state.quarantined = [q for q in state.quarantined if q.path != key]
+            self.journal._reindex()
         state.finalized = False
 
     def _append_block(self, rep: PreparedReport, spool: ReportSpool
@@ -426,6 +451,7 @@ class LiveTrace:
             entry.block_start, entry.block_end = header_len, state.prv_length
         self.thread_last = dict(thread_last)
         state.finalized = True
+        self._remember_prv()
         self.journal.commit()
         log.info("job_finalized", job=state.job_dir, reports=len(state.reports),
                  records=result.records, prv=str(self.prv))

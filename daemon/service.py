@@ -105,6 +105,9 @@ class Service:
         self.jobs[cand.job_dir] = job
         assert self._tg is not None
         self._tg.start_soon(self._writer, job)
+        if journal.state.reports or journal.state.quarantined:
+            # a crash between a journal commit and its status.json leaves the status behind
+            self._write_status(job)
         log.info("job_opened", job=str(cand.job_dir), out=str(out_dir),
                  reports=len(journal.state.reports))
         return job

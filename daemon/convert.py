@@ -189,7 +189,7 @@ def write_trace(
     out: Path,
     settings: Settings,
     sink: Sink | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
     *,
     numbering: Numbering | None = None,
     origin: int | None = None,
@@ -215,6 +215,7 @@ def write_trace(
     if numbering is None:
         numbering = canonical_numbering(ordered, origin)
     live_numbering = numbering
+    planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
         ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
@@ -249,7 +250,8 @@ def write_trace(
                 if thread_last is not None:
                     track_thread_last(batch.keys, thread_last)
                 if progress is not None:
-                    progress(len(batch))
+                    progress(sum(n for k, n in result.rows.items() if k != "comm"),
+                             planned_rows)
             fh.flush()
             fh.seek(0)
             # the header is written last: objects registered while streaming are included
@@ -287,7 +289,7 @@ def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int]) -> Non
 
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
-            progress: Callable[[int], None] | None = None) -> ConvertResult:
+            progress: Callable[[int, int], None] | None = None) -> ConvertResult:
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
@@ -328,20 +330,24 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
 
 
 class _Progress:
-    """A one-line progress counter on a TTY."""
+    """A progress bar on a TTY: rows converted out of the rows the plan counted."""
 
-    def __init__(self, total_rows: int) -> None:
-        self.total = max(total_rows, 1)
-        self.done = 0
+    def __init__(self) -> None:
         self.last = 0.0
+        self.started = time.monotonic()
 
-    def __call__(self, n: int) -> None:
-        self.done += n
+    def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.last > 0.2:
-            self.last = now
-            sys.stderr.write(f"\rconverting: {self.done:,} records")
-            sys.stderr.flush()
+        if now - self.last < 0.2:
+            return
+        self.last = now
+        frac = min(done / total, 1.0) if total else 0.0
+        width = 30
+        bar = "#" * int(frac * width)
+        rate = done / max(now - self.started, 1e-9)
+        sys.stderr.write(f"\rconverting [{bar:<{width}}] {100 * frac:5.1f}%  "
+                         f"{done:,}/{total:,} rows  {rate:,.0f} rows/s")
+        sys.stderr.flush()
 
     def close(self) -> None:
         sys.stderr.write("\r\033[K")
@@ -356,7 +362,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             out = out.with_name(out.name[: -len(suffix)])
     progress = None
     if sys.stderr.isatty() and not args.no_progress:
-        progress = _Progress(0)
+        progress = _Progress()
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9),
                             gap_threshold_ns=settings.gap_threshold_ns)
     try:

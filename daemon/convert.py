@@ -244,7 +244,7 @@ def write_trace(
             for batch, _ in merged:
                 if not len(batch):
                     continue
-                fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())
+                fh.write(batch.text())
                 records += len(batch)
                 end_time = max(end_time, int(batch.keys["time"].max()))
                 if thread_last is not None:

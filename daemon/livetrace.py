@@ -329,7 +329,7 @@ class LiveTrace:
                     if not len(batch):
                         continue
                     self._check_order(batch.keys, checked)
-                    fh.write(("\n".join(batch.lines.tolist()) + "\n").encode())
+                    fh.write(batch.text())
                     records += len(batch)
                     end_time = max(end_time, int(batch.keys["time"].max()))
                     track_thread_last(batch.keys, block_threads)

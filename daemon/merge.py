@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from prvstream.daemon.fastfmt import WIDTH, format_records
+
 __all__ = [
     "KEY_DTYPE",
     "PRIO_BEGIN",
@@ -58,19 +60,22 @@ PRIO_END = 0
 PRIO_BEGIN = 1
 PRIO_END_AFTER_BEGIN = 2
 
-#: lexsort takes its keys last-significant first
-_LEXSORT_FIELDS = ("seq", "report", "rank", "thread", "task", "prio", "time")
-
 _EMPTY_KEYS = np.empty(0, dtype=KEY_DTYPE)
-_EMPTY_LINES = np.empty(0, dtype=object)
+_EMPTY_FIELDS = np.empty((0, WIDTH), dtype=np.int64)
+_EMPTY_TMPL = np.empty(0, dtype=np.int16)
 
 
 @dataclass(slots=True)
 class RecordBatch:
-    """Records as parallel arrays: sort keys and the Paraver text line of each record."""
+    """Records as parallel arrays: sort keys, integer fields and the line template of each.
+
+    A record's text is its template with the fields filled in (``fastfmt``); it is made only
+    when the record is written.
+    """
 
     keys: np.ndarray = field(default_factory=lambda: _EMPTY_KEYS)
-    lines: np.ndarray = field(default_factory=lambda: _EMPTY_LINES)
+    fields: np.ndarray = field(default_factory=lambda: _EMPTY_FIELDS)
+    tmpl: np.ndarray = field(default_factory=lambda: _EMPTY_TMPL)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -83,11 +88,17 @@ class RecordBatch:
         if len(parts) == 1:
             return parts[0]
         return RecordBatch(
-            np.concatenate([b.keys for b in parts]), np.concatenate([b.lines for b in parts])
+            np.concatenate([b.keys for b in parts]),
+            np.concatenate([b.fields for b in parts]),
+            np.concatenate([b.tmpl for b in parts]),
         )
 
     def take(self, index: np.ndarray) -> RecordBatch:
-        return RecordBatch(self.keys[index], self.lines[index])
+        return RecordBatch(self.keys[index], self.fields[index], self.tmpl[index])
+
+    def text(self) -> bytes:
+        """The records' lines, in batch order."""
+        return format_records(self.fields, self.tmpl)
 
 
 #: a stream of batches, each with the watermark that follows it
@@ -97,13 +108,19 @@ Stream = Iterator[tuple[RecordBatch, int]]
 _DONE = np.iinfo(np.int64).max
 
 
+def _sort_order(keys: np.ndarray) -> np.ndarray:
+    """Stable order of ``keys`` by the full key, on three packed integer columns."""
+    obj = (keys["prio"].astype(np.int64) << 58) | (keys["task"].astype(np.int64) << 37) \
+        | (keys["thread"].astype(np.int64) << 16) | keys["rank"].astype(np.int64)
+    seq = (keys["report"].astype(np.int64) << 40) | keys["seq"]
+    return np.lexsort((seq, obj, keys["time"]))
+
+
 def sort_batch(batch: RecordBatch) -> RecordBatch:
     """Sort a batch by its full key (stable)."""
     if len(batch) < 2:
         return batch
-    keys = batch.keys
-    order = np.lexsort(tuple(keys[name] for name in _LEXSORT_FIELDS))
-    return batch.take(order)
+    return batch.take(_sort_order(batch.keys))
 
 
 def merge(streams: Iterable[Stream]) -> Iterator[tuple[RecordBatch, int]]:
@@ -111,10 +128,11 @@ def merge(streams: Iterable[Stream]) -> Iterator[tuple[RecordBatch, int]]:
 
     Every record of a yielded batch sorts before every record yielded later, and the yielded
     watermark is the time before which the output is complete, so merges nest (a merge is itself
-    a stream).
+    a stream). Each incoming batch is sorted once; what is ready is a prefix of each pooled
+    batch, so records are copied a bounded number of times whatever the fan-in.
     """
     heap: list[tuple[int, int, Stream]] = []
-    pool: list[RecordBatch] = []
+    pool: list[RecordBatch] = []  # each sorted
     for index, stream in enumerate(streams):
         heap.append((np.iinfo(np.int64).min, index, stream))
     heapq.heapify(heap)
@@ -126,25 +144,29 @@ def merge(streams: Iterable[Stream]) -> Iterator[tuple[RecordBatch, int]]:
             watermark = _DONE
         else:
             if len(batch):
-                pool.append(batch)
+                pool.append(sort_batch(batch))
             heapq.heappush(heap, (watermark, index, stream))
         horizon = heap[0][0] if heap else _DONE
         if horizon == np.iinfo(np.int64).min or not pool:
             continue
-        merged = RecordBatch.concat(pool)
-        if horizon >= _DONE:
-            ready_mask = None
+        ready: list[RecordBatch] = []
+        rest: list[RecordBatch] = []
+        for part in pool:
+            cut = len(part) if horizon >= _DONE else int(
+                np.searchsorted(part.keys["time"], horizon, side="left"))
+            if cut:
+                ready.append(part if cut == len(part) else RecordBatch(
+                    part.keys[:cut], part.fields[:cut], part.tmpl[:cut]))
+            if cut < len(part):
+                rest.append(part if cut == 0 else RecordBatch(
+                    part.keys[cut:], part.fields[cut:], part.tmpl[cut:]))
+        if not ready:
+            continue
+        pool = rest
+        if len(ready) == 1:
+            yield ready[0], min(horizon, _DONE)
         else:
-            ready_mask = merged.keys["time"] < horizon
-            if not ready_mask.any():
-                pool = [merged]
-                continue
-        if ready_mask is None or ready_mask.all():
-            ready, pool = merged, []
-        else:
-            ready = merged.take(np.flatnonzero(ready_mask))
-            pool = [merged.take(np.flatnonzero(~ready_mask))]
-        yield sort_batch(ready), min(horizon, _DONE)
+            yield sort_batch(RecordBatch.concat(ready)), min(horizon, _DONE)
     if pool:  # pragma: no cover - the loop drains the pool when the last stream ends
         yield sort_batch(RecordBatch.concat(pool)), _DONE
 
@@ -154,7 +176,7 @@ def _write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> P
     fd, name = tempfile.mkstemp(prefix="run-", suffix=".bin", dir=directory)
     with os.fdopen(fd, "wb") as fh:
         for batch, watermark in batches:
-            pickle.dump((batch.keys, batch.lines, watermark), fh, protocol=5)
+            pickle.dump((batch.keys, batch.fields, batch.tmpl, watermark), fh, protocol=5)
     return Path(name)
 
 
@@ -164,10 +186,10 @@ def _read_run(path: Path) -> Stream:
         with path.open("rb") as fh:
             while True:
                 try:
-                    keys, lines, watermark = pickle.load(fh)  # our own temporary file
+                    keys, fields, tmpl, watermark = pickle.load(fh)  # our own temp file
                 except EOFError:
                     break
-                yield RecordBatch(keys, lines), watermark
+                yield RecordBatch(keys, fields, tmpl), watermark
     finally:
         path.unlink(missing_ok=True)
 

@@ -287,7 +287,7 @@ def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> S
             keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
                          ctx.report_index, seq)
             counts["comm"] += len(chunk)
-            yield RecordBatch(keys, lines), int(send[-1])
+            yield lines.batch(keys), int(send[-1])
     finally:
         cur.close()
 

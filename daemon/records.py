@@ -18,6 +18,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.export import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Export
+from prvstream.daemon.fastfmt import WIDTH, template
 from prvstream.daemon.merge import (
     KEY_DTYPE,
     PRIO_BEGIN,
@@ -234,13 +235,27 @@ def _keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray, thread: np
     return keys
 
 
-def _lines(fmt: str, *columns: np.ndarray) -> np.ndarray:
-    """Apply ``fmt`` (``%d`` fields) row-wise over integer columns -> object array of str."""
+@dataclass(slots=True)
+class Lines:
+    """Records of one template: their integer fields (n, WIDTH) and template ids."""
+
+    fields: np.ndarray
+    tmpl: np.ndarray
+
+    def batch(self, keys: np.ndarray) -> RecordBatch:
+        return RecordBatch(keys, self.fields, self.tmpl)
+
+    def take(self, index: np.ndarray) -> Lines:
+        return Lines(self.fields[index], self.tmpl[index])
+
+
+def _lines(fmt: str, *columns: np.ndarray) -> Lines:
+    """Records of line format ``fmt`` (``%d`` fields) filled from integer columns."""
     n = len(columns[0])
-    out = np.empty(n, dtype=object)
-    if n:
-        out[:] = [fmt % row for row in zip(*(c.tolist() for c in columns), strict=True)]
-    return out
+    fields = np.zeros((n, WIDTH), dtype=np.int64)
+    for i, column in enumerate(columns):
+        fields[:, i] = column
+    return Lines(fields, np.full(n, template(fmt), dtype=np.int16))
 
 
 def _end_prio(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -276,21 +291,21 @@ def state_starts(ctx: ReportContext, kind: str, task: np.ndarray, thread: np.nda
 
 
 def _interval_batch(ctx: ReportContext, kind: str, start: np.ndarray, end: np.ndarray,
-                    task: np.ndarray, thread: np.ndarray, begin_lines: np.ndarray,
-                    end_lines: np.ndarray, state_lines: np.ndarray | None = None,
+                    task: np.ndarray, thread: np.ndarray, begin_lines: Lines,
+                    end_lines: Lines, state_lines: Lines | None = None,
                     end_prio: np.ndarray | None = None) -> RecordBatch:
     seq = ctx.next_seq(kind, len(start))
     rank = _KIND_RANK[kind] * 4
     prio = _end_prio(start, end) if end_prio is None else end_prio
     parts = [
-        RecordBatch(_keys(start, PRIO_BEGIN, task, thread, rank + _LINE_EVENT,
-                          ctx.report_index, seq), begin_lines),
-        RecordBatch(_keys(end, prio, task, thread, rank + _LINE_EVENT,
-                          ctx.report_index, seq), end_lines),
+        begin_lines.batch(_keys(start, PRIO_BEGIN, task, thread, rank + _LINE_EVENT,
+                                ctx.report_index, seq)),
+        end_lines.batch(_keys(end, prio, task, thread, rank + _LINE_EVENT,
+                              ctx.report_index, seq)),
     ]
     if state_lines is not None:
-        parts.append(RecordBatch(_keys(start, PRIO_BEGIN, task, thread, rank + _LINE_STATE,
-                                       ctx.report_index, seq), state_lines))
+        parts.append(state_lines.batch(_keys(start, PRIO_BEGIN, task, thread,
+                                             rank + _LINE_STATE, ctx.report_index, seq)))
     return RecordBatch.concat(parts)
 
 
@@ -474,15 +489,14 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     seq = ctx.next_seq("nvtx", len(chunk))
     rank = _KIND_RANK["nvtx"] * 4 + _LINE_EVENT
     begin = _lines("2:0:1:%d:%d:%d:%d:%d", task, thread, start, etype, value)
-    parts = [RecordBatch(_keys(start, PRIO_BEGIN, task, thread, rank, ctx.report_index, seq),
-                         begin)]
+    parts = [begin.batch(_keys(start, PRIO_BEGIN, task, thread, rank, ctx.report_index, seq))]
     if len(ranges):
         r = ranges
         finish = _lines("2:0:1:%d:%d:%d:%d:%d", task[r], thread[r], end[r], etype[r],
                         restore[r])
-        parts.append(RecordBatch(
+        parts.append(finish.batch(
             _keys(end[r], _end_prio(start[r], end[r]), task[r], thread[r], rank,
-                  ctx.report_index, seq[r]), finish))
+                  ctx.report_index, seq[r])))
     phases = None
     matching = [bool(ctx.phase_pattern.search(lab)) for lab in labels]
     if any(matching):

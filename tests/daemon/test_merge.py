@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvstream.daemon.fastfmt import WIDTH, format_records, template
 from prvstream.daemon.merge import (
     KEY_DTYPE,
     PRIO_BEGIN,
@@ -22,31 +23,39 @@ _INTERVALS = st.lists(
 )
 
 
+_TMPL = template("%d")
+
+
+def _ident(kind: str, index: int, seq: int) -> int:
+    """A record's identity in the first field: begin/end, stream, sequence."""
+    return (index * 1_000_000 + seq) * 2 + (kind == "e")
+
+
 def _stream(index: int, intervals: list[tuple[int, int]], chunk: int, pending: list[int]):
     """Intervals sorted by start -> chunks of begin and end records, like a table stream."""
     rows = sorted(intervals)
     for pos in range(0, len(rows), chunk):
         part = rows[pos : pos + chunk]
         keys = np.zeros(2 * len(part), dtype=KEY_DTYPE)
-        lines = np.empty(2 * len(part), dtype=object)
+        fields = np.zeros((2 * len(part), WIDTH), dtype=np.int64)
         for j, (start, length) in enumerate(part):
             seq = pos + j
             keys[2 * j] = (start, PRIO_BEGIN, index, 1, 0, 0, seq)
             keys[2 * j + 1] = (start + length, PRIO_END if length else 2, index, 1, 0, 0, seq)
-            lines[2 * j] = f"b:{index}:{seq}"
-            lines[2 * j + 1] = f"e:{index}:{seq}"
-        yield RecordBatch(keys, lines), part[-1][0]
+            fields[2 * j, 0] = _ident("b", index, seq)
+            fields[2 * j + 1, 0] = _ident("e", index, seq)
+        yield RecordBatch(keys, fields, np.full(len(keys), _TMPL, dtype=np.int16)), part[-1][0]
         pending.append(len(part))
 
 
 def _drain(merged) -> tuple[list[tuple], list[str], int]:
     keys: list[tuple] = []
-    lines: list[str] = []
+    lines: list[int] = []
     biggest = 0
     for batch, _ in merged:
         biggest = max(biggest, len(batch))
         keys.extend(tuple(k) for k in batch.keys.tolist())
-        lines.extend(batch.lines.tolist())
+        lines.extend(batch.fields[:, 0].tolist())
     return keys, lines, biggest
 
 
@@ -80,11 +89,11 @@ def test_ends_come_before_begins_at_one_instant(intervals: list[tuple[int, int]]
     position = {line: i for i, line in enumerate(lines)}
     for seq in range(len(rows)):
         # an interval's own begin precedes its end, even at zero length
-        assert position[f"b:0:{seq}"] < position[f"e:0:{seq}"]
+        assert position[_ident("b", 0, seq)] < position[_ident("e", 0, seq)]
     for i, (s1, l1) in enumerate(rows):
         for j, (s2, _) in enumerate(rows):
             if l1 and s1 + l1 == s2:
-                assert position[f"e:0:{i}"] < position[f"b:0:{j}"]
+                assert position[_ident("e", 0, i)] < position[_ident("b", 0, j)]
 
 
 @settings(max_examples=40, deadline=None)
@@ -103,5 +112,21 @@ def test_sort_batch_orders_by_full_key() -> None:
     keys[0] = (5, PRIO_BEGIN, 1, 1, 0, 0, 0)
     keys[1] = (5, PRIO_END, 1, 1, 0, 0, 1)
     keys[2] = (4, PRIO_BEGIN, 2, 1, 0, 0, 2)
-    out = sort_batch(RecordBatch(keys, np.array(["a", "b", "c"], dtype=object)))
-    assert out.lines.tolist() == ["c", "b", "a"]
+    fields = np.zeros((3, WIDTH), dtype=np.int64)
+    fields[:, 0] = [1, 2, 3]
+    out = sort_batch(RecordBatch(keys, fields, np.full(3, _TMPL, dtype=np.int16)))
+    assert out.fields[:, 0].tolist() == [3, 2, 1]
+    assert out.text() == b"3\n2\n1\n"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(-(2**62), 2**62), min_size=3, max_size=3), max_size=30))
+def test_compiled_and_python_formatters_agree(rows: list[list[int]]) -> None:
+    fmt = template("1:%d:x:%d:%d")
+    fields = np.zeros((len(rows), WIDTH), dtype=np.int64)
+    if rows:
+        fields[:, :3] = rows
+    tmpl = np.full(len(rows), fmt, dtype=np.int16)
+    expected = "".join(f"1:{a}:x:{b}:{c}\n" for a, b, c in rows).encode()
+    assert format_records(fields, tmpl, pure=True) == expected
+    assert format_records(fields, tmpl) == expected

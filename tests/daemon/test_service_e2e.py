@@ -301,6 +301,20 @@ def kill_reference(tmp_path_factory: pytest.TempPathFactory, synth_sources: list
                      kernels=kernel_rows(synth_sources))
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return -1
+
+
+def _wait_for_growth(path: Path, before: int, timeout: float = 3.0) -> None:
+    """Return as soon as a block is being appended (the .prv grew), or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _size(path) <= before:
+        time.sleep(0.001)
+
+
 def _kill_trial(seed: int, base: Path, sources: list[Path], ref: Reference) -> None:
     """Ranks arrive at random gaps; the daemon is SIGKILLed at random points (during
     arrivals, and sometimes during finalize) and restarted; the end result must not care."""
@@ -315,9 +329,14 @@ def _kill_trial(seed: int, base: Path, sources: list[Path], ref: Reference) -> N
         daemon.start()
         for i, src in enumerate(sources):
             time.sleep(rng.uniform(0.0, 0.3))
+            before = _size(live_trace(job))
             place_atomically(src, job / src.name)
             if i in kills_after:
-                time.sleep(rng.uniform(0.1, 0.8))  # settle + debounce + append ~ 0.4-0.6 s
+                if rng.random() < 0.5:
+                    _wait_for_growth(live_trace(job), before)
+                    time.sleep(rng.uniform(0.0, 0.03))  # inside the append's commit sequence
+                else:
+                    time.sleep(rng.uniform(0.1, 0.8))  # settle + debounce + append ~ 0.45 s
                 daemon.kill()
                 time.sleep(rng.uniform(0.0, 0.3))
                 daemon.start()

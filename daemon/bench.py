@@ -208,7 +208,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="prvstream-bench-") as tmp:
             report = measure(args.rows, args.ranks, Path(tmp), settings, args.config)
-    log.info("bench_done", rows=report.rows, convert_s=round(report.convert.seconds, 3),
+    log.debug("bench_done", rows=report.rows, convert_s=round(report.convert.seconds, 3),
              peak_rss_mib=round(report.convert.peak_rss_mib, 1))
     sys.stdout.write(format_report(report, settings.settle))
     return 0

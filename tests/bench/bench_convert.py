@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from _benchlib import Run, export_rows, median, run_measured, sqlite_floor_cmd, synth_export
+from compare_nsys2prv import commit
 
 
 def prv_records(prv: Path) -> int:
@@ -76,7 +77,7 @@ def main() -> int:
     if shutil.which("sqlite3") is None:
         raise SystemExit("the sqlite3 command-line shell is needed for the floor")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
-          f"{platform.python_version()}", flush=True)
+          f"{platform.python_version()}, prvstream commit {commit()}", flush=True)
     results = []
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="prvstream-bench-") as tmp:
         work = Path(tmp)

@@ -46,6 +46,19 @@ KINDS = "kernel,memcpy,memset,runtime,comm"
 HERE = Path(__file__).resolve().parent
 
 
+def commit() -> str:
+    """The checked-out commit of the source tree being measured (``+dirty`` if modified)."""
+    try:
+        head = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--",
+                                "../../daemon", "../../sinks"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def ensure_venv(where: Path) -> Path:
     """The nsys2prv console script inside its own venv (created on first use)."""
     exe = where / "bin" / "nsys2prv"
@@ -70,7 +83,8 @@ def standin_bin(work: Path) -> Path:
 def last_error(log: Path) -> str:
     """The last line of a failed run's output that names an error."""
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "Error" in ln or "error" in ln] or lines or ["no output"]
+    errors = [ln for ln in lines if ("Error" in ln or "error" in ln)
+              and "Background on this error" not in ln] or lines or ["no output"]
     return errors[-1][:100]
 
 
@@ -112,11 +126,12 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
                 runs["nsys2prv"].append(r)
                 if r.wall_s > slow and rep + 1 < reps:
                     n2p_note = f"{len(runs['nsys2prv'])} run(s) only: {r.wall_s:.0f} s each"
+        ran_n2p = len(runs["nsys2prv"]) == rep + 1
         runs["floor"].append(run_measured(floor_cmd, timeout=timeout))
+        n2p_s = f"{runs['nsys2prv'][-1].wall_s:.2f} s" if ran_n2p else "skipped"
         print(f"  {label} rep {rep + 1}/{reps}: prvstream {runs['prvstream'][-1].wall_s:.2f} s, "
-              f"nsys2prv {runs['nsys2prv'][-1].wall_s if runs['nsys2prv'] else float('nan'):.2f}"
-              f" s, floor {runs['floor'][-1].wall_s:.3f} s, load {runs['floor'][-1].load:.2f}",
-              flush=True)
+              f"nsys2prv {n2p_s}, floor {runs['floor'][-1].wall_s:.3f} s, "
+              f"load {runs['floor'][-1].load:.2f}", flush=True)
     bad = [r for r in runs["prvstream"] if r.returncode != 0]
     if bad:
         raise SystemExit(f"prvstream convert failed on {export}; see {case / 'prvstream.log'}")
@@ -206,8 +221,8 @@ def main() -> int:
         real = real_data_dir()
         if not args.no_real and real.is_dir():
             exports += [(p, p.stem) for p in sorted(real.glob("*.sqlite"))]
-        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-              f"python {platform.python_version()}", flush=True)
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
+              f"{platform.python_version()}, prvstream commit {commit()}", flush=True)
         results = []
         for path, label in exports:
             results.append(compare(path, label, args.reps, work, n2p, bindir, args.timeout,

@@ -72,9 +72,8 @@ static PyObject *format_records(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t i = 0; i < ntemplates; i++) {
         PyObject *parts = PyList_GET_ITEM(templates, i);
-        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) < 1 ||
-            PyTuple_GET_SIZE(parts) - 1 > width) {
-            PyErr_SetString(PyExc_ValueError, "each template is a tuple of 1..width+1 bytes");
+        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) < 1) {
+            PyErr_SetString(PyExc_ValueError, "each template is a non-empty tuple of bytes");
             goto done;
         }
         Py_ssize_t k = PyTuple_GET_SIZE(parts);
@@ -103,6 +102,11 @@ static PyObject *format_records(PyObject *self, PyObject *args) {
         int16_t t = ids[r];
         if (t < 0 || t >= ntemplates) {
             PyErr_Format(PyExc_ValueError, "record %zd has unknown template %d", r, (int)t);
+            goto done;
+        }
+        if (tp[t].nlit - 1 > width) {
+            PyErr_Format(PyExc_ValueError, "record %zd needs %zd fields, the batch has %zd",
+                         r, tp[t].nlit - 1, width);
             goto done;
         }
         bound += tp[t].total + (tp[t].nlit - 1) * 21;

@@ -56,13 +56,14 @@ def template(fmt: str) -> int:
 
 
 def format_records(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) -> bytes:
-    """The text of records (``fields``: int64 (n, WIDTH); ``tmpl``: int16 (n)), in order."""
+    """The text of records (``fields``: int64 (n, w), w at least each template's field count;
+    ``tmpl``: int16 (n)), in order."""
     if not len(tmpl):
         return b""
     fields = np.ascontiguousarray(fields, dtype=np.int64)
     tmpl = np.ascontiguousarray(tmpl, dtype=np.int16)
     if _c_format is not None and not pure:
-        return bytes(_c_format(_TEMPLATES, fields, WIDTH, tmpl))
+        return bytes(_c_format(_TEMPLATES, fields, fields.shape[1], tmpl))
     return _format_python(fields, tmpl)
 
 

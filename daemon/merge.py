@@ -69,8 +69,9 @@ _EMPTY_TMPL = np.empty(0, dtype=np.int16)
 class RecordBatch:
     """Records as parallel arrays: sort keys, integer fields and the line template of each.
 
-    A record's text is its template with the fields filled in (``fastfmt``); it is made only
-    when the record is written.
+    ``fields`` is (n, w) with w the most fields any record of the batch has (unused trailing
+    fields are zero). A record's text is its template with the fields filled in
+    (``fastfmt``); it is made only when the record is written.
     """
 
     keys: np.ndarray = field(default_factory=lambda: _EMPTY_KEYS)
@@ -87,9 +88,15 @@ class RecordBatch:
             return RecordBatch()
         if len(parts) == 1:
             return parts[0]
+        width = max(b.fields.shape[1] for b in parts)
+        fields = np.zeros((sum(len(b) for b in parts), width), dtype=np.int64)
+        row = 0
+        for b in parts:
+            fields[row : row + len(b), : b.fields.shape[1]] = b.fields
+            row += len(b)
         return RecordBatch(
             np.concatenate([b.keys for b in parts]),
-            np.concatenate([b.fields for b in parts]),
+            fields,
             np.concatenate([b.tmpl for b in parts]),
         )
 

@@ -8,7 +8,9 @@ phases, in time order, to a sink. Batch conversion and the daemon both build on 
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -289,7 +291,8 @@ def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> S
             counts["comm"] += len(chunk)
             yield lines.batch(keys), int(send[-1])
     finally:
-        cur.close()
+        with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
+            cur.close()
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunk_rows: int, router: ActivityRouter,

@@ -237,7 +237,7 @@ def _keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray, thread: np
 
 @dataclass(slots=True)
 class Lines:
-    """Records of one template: their integer fields (n, WIDTH) and template ids."""
+    """Records of one template: their integer fields (n, fields) and template ids."""
 
     fields: np.ndarray
     tmpl: np.ndarray
@@ -252,7 +252,9 @@ class Lines:
 def _lines(fmt: str, *columns: np.ndarray) -> Lines:
     """Records of line format ``fmt`` (``%d`` fields) filled from integer columns."""
     n = len(columns[0])
-    fields = np.zeros((n, WIDTH), dtype=np.int64)
+    if len(columns) > WIDTH:
+        raise ValueError(f"a record holds at most {WIDTH} fields")
+    fields = np.empty((n, len(columns)), dtype=np.int64)
     for i, column in enumerate(columns):
         fields[:, i] = column
     return Lines(fields, np.full(n, template(fmt), dtype=np.int16))

@@ -6,6 +6,7 @@ bounded memory, spilling to temp files) and we hold one chunk at a time. NULLs b
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from typing import Final
@@ -211,7 +212,8 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
             else:
                 yield np.array(rows, dtype=dtype)
     finally:
-        cur.close()
+        with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
+            cur.close()
 
 
 def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype) -> np.ndarray:

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, float]:
         arrivals_s = time.monotonic() - began
         wait_for(lambda: job_status(job).get("reports") == spec.ranks, 300, "every report",
                  daemon)
+        live_peak = vm_hwm_mib(daemon.pid)
         t0 = time.monotonic()
         (job / "prvstream.done").touch()
         wait_for(lambda: bool(job_status(job).get("finalized")), 300, "finalized", daemon)
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, float]:
         "median": statistics.median(commit_lag), "p95": pct(commit_lag, 0.95),
         "max": max(commit_lag), "status_median": statistics.median(status_lag),
         "status_p95": pct(status_lag, 0.95), "status_max": max(status_lag),
-        "finalize_s": finalize_s, "peak_rss_mib": peak,
+        "finalize_s": finalize_s, "peak_rss_mib": peak, "live_peak_rss_mib": live_peak,
     }
 
 
@@ -123,12 +124,13 @@ def main() -> int:
         r = run(args, Path(tmp))
     mode = f"poll {args.poll:g} s" if args.poll > 0 else "inotify"
     print("| ranks | steps | records | mode | settle s | arrivals s | commit lag median / p95 / "
-          "max s | status.json lag median / p95 / max s | finalize s | daemon peak RSS MiB |")
+          "max s | status.json lag median / p95 / max s | finalize s | "
+          "daemon peak RSS MiB live / after finalize |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {r['ranks']:.0f} | {args.steps} | {r['records']:,.0f} | {mode} | {args.settle:g} "
           f"| {r['arrivals_s']:.1f} | {r['median']:.2f} / {r['p95']:.2f} / {r['max']:.2f} "
           f"| {r['status_median']:.2f} / {r['status_p95']:.2f} / {r['status_max']:.2f} "
-          f"| {r['finalize_s']:.2f} | {r['peak_rss_mib']:.0f} |")
+          f"| {r['finalize_s']:.2f} | {r['live_peak_rss_mib']:.0f} / {r['peak_rss_mib']:.0f} |")
     return 0
 
 

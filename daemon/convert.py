@@ -305,8 +305,8 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason)
     if not reports:
-        raise NotAnExport("no convertible export among the inputs: " +
-                          "; ".join(f"{p}: {r}" for p, r in failed))
+        raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
+                          "(each reason is logged above as input_rejected)")
     spools: dict[Path, ReportSpool] = {}
 
     def spool_for(rep: PreparedReport) -> Sink | None:

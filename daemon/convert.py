@@ -56,6 +56,8 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
+#: smallest chunk a report gets when many reports share the chunk budget
+_MIN_SHARED_CHUNK = 512
 #: the header is sized for an end time of this many digits, so it never needs to grow
 _END_DIGITS = 10**17
 
@@ -217,11 +219,19 @@ def write_trace(
     live_numbering = numbering
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
+    for rep in ordered:  # planned: release every connection until its report streams
+        rep.close()
+    # memory budget: every open report pools about one chunk per table, and up to fan_in
+    # reports are open at once, so share settings.chunk_rows among them
+    open_reports = min(len(ordered), settings.fan_in)
+    chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
+
     def lazy(index: int, rep: PreparedReport) -> Stream:
+        rep.reopen()
         ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
         target = sink_for(rep) if sink_for is not None else sink
         try:
-            yield from report_stream(rep, ctx, info, settings.chunk_rows, target, result.rows)
+            yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows)
         finally:
             rep.close()
 

@@ -130,7 +130,12 @@ def sort_batch(batch: RecordBatch) -> RecordBatch:
     return batch.take(_sort_order(batch.keys))
 
 
-def merge(streams: Iterable[Stream]) -> Iterator[tuple[RecordBatch, int]]:
+#: largest batch a merge yields (bigger ones are sliced)
+MAX_BATCH = 16384
+
+
+def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
+          ) -> Iterator[tuple[RecordBatch, int]]:
     """Merge streams into one: yields sorted ``(batch, watermark)`` pairs.
 
     Every record of a yielded batch sorts before every record yielded later, and the yielded
@@ -170,12 +175,23 @@ def merge(streams: Iterable[Stream]) -> Iterator[tuple[RecordBatch, int]]:
         if not ready:
             continue
         pool = rest
-        if len(ready) == 1:
-            yield ready[0], min(horizon, _DONE)
-        else:
-            yield sort_batch(RecordBatch.concat(ready)), min(horizon, _DONE)
+        out = ready[0] if len(ready) == 1 else sort_batch(RecordBatch.concat(ready))
+        yield from _pieces(out, min(horizon, _DONE), max_batch)
     if pool:  # pragma: no cover - the loop drains the pool when the last stream ends
-        yield sort_batch(RecordBatch.concat(pool)), _DONE
+        yield from _pieces(sort_batch(RecordBatch.concat(pool)), _DONE, max_batch)
+
+
+def _pieces(batch: RecordBatch, watermark: int, size: int) -> Iterator[tuple[RecordBatch, int]]:
+    """A sorted batch in slices of at most ``size`` records; each slice's watermark is the
+    first time of the next one, so consumers never hold more than a slice of it."""
+    if len(batch) <= size:
+        yield batch, watermark
+        return
+    times = batch.keys["time"]
+    for lo in range(0, len(batch), size):
+        hi = min(lo + size, len(batch))
+        mark = int(times[hi]) if hi < len(batch) else watermark
+        yield RecordBatch(batch.keys[lo:hi], batch.fields[lo:hi], batch.tmpl[lo:hi]), mark
 
 
 def _write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:

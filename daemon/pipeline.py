@@ -77,6 +77,20 @@ class PreparedReport:
     def close(self) -> None:
         self.export.close()
 
+    def reopen(self) -> None:
+        """A fresh connection that keeps the plan and metadata already read (no re-scan).
+
+        Batch jobs plan every report first, then close them all and reopen each only while
+        it streams, so that open connections and their caches are bounded by the fan-in.
+        """
+        fresh = open_export(self.path)
+        fresh._meta = self.export.meta
+        fresh._plan = self.plan
+        fresh._inline_ids = self.export._inline_ids
+        fresh._inline = dict(self.export._inline)
+        self.export.close()
+        self.export = fresh
+
 
 def prepare(path: Path, wanted: list[str] | None = None) -> PreparedReport:
     """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert."""

@@ -261,7 +261,12 @@ class JobJournal:
         self.state.quarantined = [q for q in self.state.quarantined if q.path != key]
         self.state.quarantined.append(entry)
         self._quarantine[key] = entry
-        log.warning("report_quarantined", path=key, reason=reason, job=self.state.job_dir)
+
+    def unquarantine(self, path: str | os.PathLike[str]) -> None:
+        """Forget that ``path`` was set aside (it has since landed as a report)."""
+        key = os.fspath(path)
+        if self._quarantine.pop(key, None) is not None:
+            self.state.quarantined = [q for q in self.state.quarantined if q.path != key]
 
     def _reindex(self) -> None:
         self._identities = {r.identity for r in self.state.reports}

@@ -294,10 +294,7 @@ class LiveTrace:
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
-        key = str(rep.path)
-        if any(q.path == key for q in state.quarantined):
-            state.quarantined = [q for q in state.quarantined if q.path != key]
-            self.journal._reindex()
+        self.journal.unquarantine(rep.path)
         state.finalized = False
 
     def _append_block(self, rep: PreparedReport, spool: ReportSpool

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,20 @@ def real_export_params() -> list[object]:
             reason=f"real exports not found at {REAL_DATA} (set PRVSTREAM_TEST_DATA)"),
             id="no-real-data")]
     return [pytest.param(p, id=p.stem) for p in found]
+
+
+def make_db(path: Path, spec: dict[str, tuple[Sequence[str], Sequence[tuple[object, ...]]]]
+            ) -> Path:
+    """Write an SQLite file with the given tables (columns untyped, like a quick probe)."""
+    con = sqlite3.connect(path)
+    for table, (cols, rows) in spec.items():
+        con.execute(f'CREATE TABLE "{table}" ({", ".join(cols)})')
+        if rows:
+            marks = ",".join("?" * len(cols))
+            con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', rows)
+    con.commit()
+    con.close()
+    return path
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from prvstream.daemon import tables
 from prvstream.daemon.export import ENUM_FALLBACKS, Export, open_export, process_of
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
-from tests.conftest import real_export_params
+from tests.conftest import make_db, real_export_params
 
 #: facts about the real exports, checked by hand with sqlite3
 EXPECTED = {
@@ -34,20 +34,6 @@ EXPECTED = {
         metadata_table="META_DATA_EXPORT", hostname="modal", sysclock=True, gpu=False,
         product="2026.2.1.210", schema="3.25.0"),
 }
-
-
-def make_db(path: Path, spec: dict[str, tuple[Sequence[str], Sequence[tuple[object, ...]]]]
-            ) -> Path:
-    """Write an SQLite file with the given tables (columns untyped, like a quick probe)."""
-    con = sqlite3.connect(path)
-    for table, (cols, rows) in spec.items():
-        con.execute(f'CREATE TABLE "{table}" ({", ".join(cols)})')
-        if rows:
-            marks = ",".join("?" * len(cols))
-            con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', rows)
-    con.commit()
-    con.close()
-    return path
 
 
 def _digest(path: Path) -> tuple[int, int, str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +13,7 @@ from hypothesis import strategies as st
 from prvstream.daemon import tables
 from prvstream.daemon.export import Export, open_export
 from prvstream.sinks.errors import NotAnExport
-from tests.conftest import real_export_params
-
-
-def make_db(path: Path, spec: dict[str, tuple[Sequence[str], Sequence[tuple[object, ...]]]]
-            ) -> Path:
-    con = sqlite3.connect(path)
-    for table, (cols, rows) in spec.items():
-        con.execute(f'CREATE TABLE "{table}" ({", ".join(cols)})')
-        if rows:
-            con.executemany(f'INSERT INTO "{table}" VALUES ({",".join("?" * len(cols))})', rows)
-    con.commit()
-    con.close()
-    return path
+from tests.conftest import make_db, real_export_params
 
 
 def _count(export: Export, kind: str) -> int:

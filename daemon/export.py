@@ -165,13 +165,12 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
-    """Distinct objects and values of an export, from one aggregate scan per table.
+    """Distinct objects and values of an export, from small aggregate scans per table.
 
     ``first_seen[kind]`` lists ``(value, min_start)`` sorted by ``(min_start, value)``; values
     are string ids (kernel shortName, runtime/osrt nameId, NVTX textId or negative interned
     inline text, MPI textId, graph name), or enum ids (memcpy copyKind, sync syncType, openacc
-    eventKind, GPU metricId). Extra keys: ``kernel_dname`` (demangledName ids) and
-    ``nvtx_domain`` (domainId).
+    eventKind, GPU metricId). Extra key: ``nvtx_domain`` (domainId).
     """
 
     #: (globalPid, deviceId, streamId) of every GPU stream with activity, sorted
@@ -606,46 +605,44 @@ class _Planner:
         if n:
             self.counts[kind] = self.counts.get(kind, 0) + n
 
+    def _first_seen(self, key: str, table: str, column: str, start: str = "start",
+                    where: str = "") -> None:
+        """Earliest start of every value of ``column`` (one small aggregate per column: much
+        cheaper in SQLite than one GROUP BY over every key column together)."""
+        sql = f"SELECT {column}, MIN({_q(start)}) FROM {_q(table)}{where} GROUP BY 1"
+        for v, first in self.x.rows(sql):
+            self._see(key, int(v), int(first))  # type: ignore[call-overload]
+
     def _gpu(self, kind: str, table: str, values: list[tuple[str, str]]) -> None:
         """GPU activity table: stream keys plus named values (kind key, column)."""
-        cols = [self._col(table, "globalPid"), wrap_i4(self._col(table, "deviceId")),
+        keys = [self._col(table, "globalPid"), wrap_i4(self._col(table, "deviceId")),
                 wrap_i4(self._col(table, "streamId"))]
-        cols += [self._col(table, c) if c in _ID_COLUMNS else wrap_i4(self._col(table, c))
-                 for _, c in values]
-        n = len(cols)
-        group = ",".join(str(i + 1) for i in range(n))
-        sql = (f"SELECT {', '.join(cols)}, MIN(start), COUNT(*) FROM {_q(table)} "
-               f"GROUP BY {group}")
-        for row in self.x.rows(sql):
-            g, d, s = (int(v) for v in row[:3])  # type: ignore[call-overload]
-            start, cnt = int(row[n]), int(row[n + 1])  # type: ignore[call-overload]
-            if kind == "sync":
-                self.sync_keys.add((g, d, s))
-            else:
-                self.streams.add((g, d, s))
-            self._count(kind, cnt)
-            for (key, _), v in zip(values, row[3:n], strict=True):
-                self._see(key, int(v), start)  # type: ignore[call-overload]
+        for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
+            key = (int(g), int(d), int(s))  # type: ignore[call-overload]
+            (self.sync_keys if kind == "sync" else self.streams).add(key)
+        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(table)}"):
+            self._count(kind, int(count))  # type: ignore[call-overload]
+        for key_name, c in values:
+            column = self._col(table, c) if c in _ID_COLUMNS else wrap_i4(self._col(table, c))
+            self._first_seen(key_name, table, column)
 
     def _cpu(self, kind: str, src: KindSource, value: str | None, key: str | None = None,
              extra: str | None = None, extra_key: str | None = None) -> None:
         t = src.table
-        cols = [self._col(t, "globalTid"), value or "-1", extra or "0"]
         where = f" WHERE {src.where}" if src.where else ""
-        sql = (f"SELECT {', '.join(cols)}, MIN({_q(src.start)}), COUNT(*) FROM {_q(t)}{where} "
-               f"GROUP BY 1, 2, 3")
-        for g, v, e, start, cnt in self.x.rows(sql):
+        for (g,) in self.x.rows(f"SELECT DISTINCT {self._col(t, 'globalTid')} FROM {_q(t)}"
+                                f"{where}"):
             self.threads.add(int(g))  # type: ignore[call-overload]
-            self._count(kind, int(cnt))  # type: ignore[call-overload]
-            self._see(key or kind, int(v), int(start))  # type: ignore[call-overload]
-            if extra_key is not None:
-                self._see(extra_key, int(e), int(start))  # type: ignore[call-overload]
+        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(t)}{where}"):
+            self._count(kind, int(count))  # type: ignore[call-overload]
+        self._first_seen(key or kind, t, value or "-1", src.start, where)
+        if extra_key is not None:
+            self._first_seen(extra_key, t, extra or "0", src.start, where)
 
     def run(self) -> ExportPlan:
         x = self.x
         for src in x.sources("kernel"):
-            self._gpu("kernel", src.table, [("kernel", "shortName"),
-                                            ("kernel_dname", "demangledName")])
+            self._gpu("kernel", src.table, [("kernel", "shortName")])
         for src in x.sources("memcpy"):
             self._gpu("memcpy", src.table, [("memcpy", "copyKind")])
         for src in x.sources("memset"):

@@ -320,14 +320,14 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     spools: dict[Path, ReportSpool] = {}
 
     def spool_for(rep: PreparedReport) -> Sink | None:
-        if model is None:
-            return None
+        if model is None or len(reports) == 1:
+            return model  # one report streams alone: feed the model directly
         spools[rep.path] = ReportSpool()
         return spools[rep.path]
 
     try:
         result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
-        if model is not None:
+        if model is not None and spools:
             for rep in sorted(reports, key=lambda r: r.sort_key):
                 spools[rep.path].replay(model)
     finally:
@@ -373,7 +373,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = None
     if sys.stderr.isatty() and not args.no_progress:
         progress = _Progress()
-    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9),
+    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=32768,
                             gap_threshold_ns=settings.gap_threshold_ns)
     try:
         result = convert(args.inputs, out, settings, model=model, progress=progress)

@@ -158,6 +158,10 @@ def event_types(numbering: Numbering) -> list[pv.EventTypeSpec]:
         specs.append(pv.EventTypeSpec([(t, names[t]) for t in types], labels("mpi")))
     if "graph" in vals:
         specs.append(pv.EventTypeSpec([(pv.EV_GRAPH, "CUDA graph")], labels("graph")))
+    for label in vals.get("gpu_metric", []):
+        metric, _, name = label.partition(":")
+        specs.append(pv.EventTypeSpec([(pv.EV_GPU_METRIC_BASE + int(metric),
+                                        f"GPU metric: {name}")]))
     if "openacc" in vals:
         specs.append(pv.EventTypeSpec([(pv.EV_OPENACC, "OpenACC")], labels("openacc")))
     return specs

@@ -27,6 +27,8 @@ from prvstream.daemon.records import (
     _KIND_RANK,
     CONVERTERS,
     ReportContext,
+    metrics_key,
+    metrics_name,
     stream_name,
 )
 from prvstream.sinks import paraver as pv
@@ -53,7 +55,7 @@ _GPU_KINDS = ("kernel", "memcpy", "memset")
 #: plan first_seen kind -> value group
 _VALUE_GROUPS = {"kernel": "kernel", "runtime": "api", "osrt": "osrt", "nvtx": "nvtx",
                  "mpi": "mpi", "graph": "graph", "openacc": "openacc",
-                 "nvtx_domain": "nvtx_domain"}
+                 "nvtx_domain": "nvtx_domain", "gpu_metrics": "gpu_metric"}
 
 
 @dataclass
@@ -132,6 +134,7 @@ def objects_of(rep: PreparedReport) -> list[tuple[str, int, str, int | None,
     streams_by_pid: dict[int, list[tuple[int, int]]] = {}
     for g, d, s in rep.plan.streams:
         streams_by_pid.setdefault(g, []).append((d, s))
+    owners = metric_owners(rep.plan)
     for gpid in rep.plan.processes:
         pid = (gpid >> 24) & 0xFFFFFF
         row = procs.get(gpid)
@@ -141,8 +144,21 @@ def objects_of(rep: PreparedReport) -> list[tuple[str, int, str, int | None,
             threads[cpu_key(tid)] = f"{names.get(gtid, 'thread')} {tid}"
         for d, s in streams_by_pid.get(gpid, []):
             threads[gpu_key(d, s)] = stream_name(d, s)
+        for gpu, owner in owners.items():
+            if owner == gpid:
+                threads[metrics_key(gpu)] = metrics_name(gpu)
         out.append((rep.host, pid, row.name if row else "", rep.ranks.get(gpid), threads))
     return out
+
+
+def metric_owners(plan: ExportPlan) -> dict[int, int]:
+    """GPU -> globalPid whose task carries the GPU's metrics: the lowest process with
+    activity on that device, else the lowest process of the report."""
+    users: dict[int, int] = {}
+    for g, d, _ in plan.streams:
+        users[d] = min(users.get(d, g), g)
+    fallback = min(plan.processes) if plan.processes else 0
+    return {gpu: users.get(gpu, fallback) for gpu, _ in plan.gpu_metrics}
 
 
 def first_seen_of(rep: PreparedReport, origin_wall: int) -> dict[str, dict[str, int]]:
@@ -155,7 +171,7 @@ def first_seen_of(rep: PreparedReport, origin_wall: int) -> dict[str, dict[str, 
         group = _VALUE_GROUPS.get(kind)
         if group is None or (kind != "nvtx_domain" and kind not in rep.kinds):
             continue
-        if group not in ("graph", "openacc", "nvtx_domain"):
+        if group not in ("graph", "openacc", "nvtx_domain", "gpu_metric"):
             rep.export.strings(v for v, _ in pairs if v >= 0)
         seen = out.setdefault(group, {})
         for value, start in pairs:
@@ -182,6 +198,7 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         device_index={}, phase_pattern=re.compile(phase_pattern),
         thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
         sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
+        metric_owner=metric_owners(rep.plan),
     )
     for gpid, (host, pid, name, rank, threads) in zip(rep.plan.processes, objects, strict=True):
         task = numbering.task(host, pid, name, rank)

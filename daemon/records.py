@@ -38,7 +38,7 @@ log = structlog.get_logger(__name__)
 _LINE_STATE, _LINE_EVENT, _LINE_COMM = 0, 1, 2
 _KIND_RANK = {
     "kernel": 1, "memcpy": 2, "memset": 3, "sync": 4, "runtime": 5, "nvtx": 6, "osrt": 7,
-    "mpi": 8, "graph": 9, "openacc": 10, "comm": 11,
+    "mpi": 8, "graph": 9, "openacc": 10, "comm": 11, "gpu_metrics": 12,
 }
 
 #: memcpy values are the CUPTI copy kind (1..13); unknown copies and memsets get their own
@@ -98,6 +98,8 @@ class ReportContext:
     phase_names: list[str] = field(default_factory=list)
     thread_names: dict[int, str] = field(default_factory=dict)
     nvtx_domain_names: dict[int, str] = field(default_factory=dict)
+    #: GPU -> globalPid of the process whose thread carries that GPU's metrics
+    metric_owner: dict[int, int] = field(default_factory=dict)
     #: (globalPid, stream, device as written) -> the device synchronization rows belong to
     sync_devices: dict[tuple[int, ...], int] = field(default_factory=dict)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
@@ -217,9 +219,25 @@ def value_label(export: Export, group: str, sid: int) -> str:
         return f"{group} {sid}"
     if group == "nvtx_domain":
         return export.nvtx_domains().get(sid, f"domain {sid}")
+    if group == "gpu_metric":
+        return gpu_metric_label(sid, export.gpu_metric_names().get(sid, f"metric {sid}"))
     if sid < 0 and group != "nvtx":
         return "(unknown)"
     return pv.sanitize_label(export.string(sid))
+
+
+def gpu_metric_label(metric: int, name: str) -> str:
+    """The label a GPU metric is published under: ``<metricId>:<name>`` (see ``event_types``)."""
+    return f"{metric}:{pv.sanitize_label(name)}"
+
+
+def metrics_key(gpu: int) -> tuple[int, int, int]:
+    """Thread key of a GPU's metrics thread (after the CPU threads and the streams)."""
+    return (2, gpu, 0)
+
+
+def metrics_name(gpu: int) -> str:
+    return f"GPU{gpu} metrics"
 
 
 def _keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray, thread: np.ndarray,
@@ -514,6 +532,30 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     return ChunkResult(RecordBatch.concat(parts), phases=phases, rows=len(chunk))
 
 
+def convert_gpu_metrics(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    """GPU metric samples: event 9400 + metricId with the sampled value, on a thread of the
+    GPU's owning process (the one with activity on that device)."""
+    start = chunk["start"] + ctx.offset
+    tasks = np.empty(len(chunk), dtype=np.int64)
+    threads = np.empty(len(chunk), dtype=np.int64)
+    gpus, inverse = np.unique(chunk["gpu"], return_inverse=True)
+    for i, gpu in enumerate(gpus.tolist()):
+        task = ctx.task_of(ctx.metric_owner.get(gpu, next(iter(ctx.process_index), 0)))
+        thread = ctx.numbering.thread(task, metrics_key(gpu), metrics_name(gpu))
+        tasks[inverse == i] = task
+        threads[inverse == i] = thread
+    metrics, minv = np.unique(chunk["metric"], return_inverse=True)
+    for m in metrics.tolist():  # publish the metric's label for the .pcf
+        ctx.numbering.value("gpu_metric", ctx.label("gpu_metric", m))
+    etype = (pv.EV_GPU_METRIC_BASE + metrics)[minv]
+    lines = _lines("2:0:1:%d:%d:%d:%d:%d", tasks, threads, start, etype,
+                   np.maximum(chunk["value"], 0))
+    seq = ctx.next_seq("gpu_metrics", len(chunk))
+    keys = _keys(start, PRIO_BEGIN, tasks, threads, _KIND_RANK["gpu_metrics"] * 4 + _LINE_EVENT,
+                 ctx.report_index, seq)
+    return ChunkResult(lines.batch(keys), rows=len(chunk))
+
+
 CONVERTERS: dict[str, Callable[[ReportContext, np.ndarray], ChunkResult]] = {
     "kernel": convert_kernel,
     "memcpy": convert_memcpy,
@@ -525,4 +567,5 @@ CONVERTERS: dict[str, Callable[[ReportContext, np.ndarray], ChunkResult]] = {
     "mpi": convert_mpi,
     "graph": convert_graph,
     "openacc": convert_openacc,
+    "gpu_metrics": convert_gpu_metrics,
 }

@@ -19,6 +19,7 @@ import structlog
 __all__ = [
     "EV_API",
     "EV_CORRELATION",
+    "EV_GPU_METRIC_BASE",
     "EV_GRAPH",
     "EV_KERNEL",
     "EV_KERNEL_ATTRS",

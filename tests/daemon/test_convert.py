@@ -156,3 +156,35 @@ def test_directory_input(tmp_path: Path, settings) -> None:
     shutil.copy(found[0], job / "r0.sqlite")
     result = convert([str(job)], tmp_path / "o", settings)
     assert len(result.reports) == 1
+
+
+def test_gpu_metrics_become_events_on_a_gpu_thread(tmp_path: Path, settings) -> None:
+    """GPU_METRICS samples -> event 9400+metricId on the owning process's GPU metrics thread."""
+    from prvstream.daemon.synth import SynthSpec, write_export
+
+    export = write_export(tmp_path / "r0.sqlite", SynthSpec(ranks=1, steps=2), 0)
+    con = sqlite3.connect(export)
+    start, end = con.execute(
+        "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId "
+                "INTEGER NOT NULL, typeName TEXT NOT NULL, metricId INTEGER NOT NULL, "
+                "metricName TEXT NOT NULL)")
+    con.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, "
+                "metricId INTEGER NOT NULL, value INTEGER NOT NULL)")
+    con.executemany("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (0, 0, 'GA100', ?, ?)",
+                    [(1, "SM Active [Throughput %]"), (4, "DRAM Read Bandwidth [%]")])
+    samples = [(t, 0, m, (t // 1000) % 100) for t in range(start, end, (end - start) // 50)
+               for m in (1, 4)]
+    con.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)", samples)
+    con.commit()
+    con.close()
+    out = tmp_path / "t"
+    result = convert([str(export)], out, settings)
+    stats = validate(out.with_suffix(".prv"), globally_sorted=True)
+    assert result.rows["gpu_metrics"] == len(samples)
+    per_type = stats.events[(pv.EV_GPU_METRIC_BASE + 1, True)] + stats.events[
+        (pv.EV_GPU_METRIC_BASE + 1, False)]
+    assert per_type == len(samples) // 2
+    pcf = out.with_suffix(".pcf").read_text()
+    assert "GPU metric: SM Active [Throughput %]" in pcf
+    assert "GPU0 metrics" in out.with_suffix(".row").read_text()

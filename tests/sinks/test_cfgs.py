@@ -266,3 +266,37 @@ def test_paramedir_agrees_with_sqlite_on_real_exports(export: Path, tmp_path: Pa
 def test_paramedir_agrees_with_sqlite_on_synth(synth_trace: Path, tmp_path: Path) -> None:
     _paramedir()
     _check(synth_trace.parent / "rank0000.sqlite", tmp_path)
+
+
+@pytest.mark.parametrize("export", real_export_params())
+def test_paramedir_useful_per_gpu_equals_the_summary(export: Path, tmp_path: Path) -> None:
+    """useful_time_per_gpu.cfg in paramedir and the efficiency summary agree per GPU.
+
+    The cfg measures each stream thread; the summary flattens a GPU's streams (overlaps
+    counted once). Where a GPU runs compute on one stream, the two must be equal to the ns.
+    """
+    from prvstream.daemon.config import load_settings
+    from prvstream.daemon.convert import convert
+    from prvstream.sinks.efficiency import EfficiencyModel
+
+    paramedir = _paramedir()
+    check = _checker()
+    model = EfficiencyModel("check")
+    out = tmp_path / "t"
+    convert([str(export)], out, load_settings(None, {}, environ={}), model=model)
+    run = check.run_paramedir(paramedir, out.with_suffix(".prv"),
+                              [CFG_DIR / "useful_time_per_gpu.cfg"], tmp_path / "run")
+    assert not run.failures, run.failures
+    _, rows = check.parse_histogram(run.outputs["useful_time_per_gpu"])
+    per_device: dict[int, list[float]] = {}
+    for label, values in rows:
+        m = re.match(r"CUDA-D(\d+)\.S", label)
+        if m and values and values[0] > 0:
+            per_device.setdefault(int(m.group(1)), []).append(values[0])
+    summary = {d.device: d.useful_ns for d in model.state().devices}
+    compared = 0
+    for device, values in per_device.items():
+        if len(values) == 1:  # one compute stream on this GPU
+            assert values[0] == summary[device], (device, values, summary)
+            compared += 1
+    assert compared, "no GPU with a single compute stream to compare"

@@ -203,7 +203,7 @@ def main() -> int:
                                               "nsys2prv-0.5.8"))
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="give up on a single run after this many seconds")
-    parser.add_argument("--slow", type=float, default=120.0,
+    parser.add_argument("--slow", type=float, default=60.0,
                         help="run nsys2prv only once on an export where one run takes longer")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args()

@@ -313,9 +313,12 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     reports: list[PreparedReport] = []
     for path in paths:
         try:
-            reports.append(prepare(path, settings.kinds or None))
+            rep = prepare(path, settings.kinds or None)
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
+        else:
+            rep.release()  # connections reopen one fan-in group at a time
+            reports.append(rep)
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason)
     if not reports:
@@ -334,6 +337,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         if model is not None and spools:
             for rep in sorted(reports, key=lambda r: r.sort_key):
                 spools[rep.path].replay(model)
+                model.take_updates()  # only the final state is written: drop the history
     finally:
         for rep in reports:
             rep.close()

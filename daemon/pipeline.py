@@ -70,6 +70,9 @@ class PreparedReport:
     wall_start: int
     wall_end: int
     ranks: dict[int, int] = field(default_factory=dict)
+    #: what canonical numbering needs, read once (``objects_of``, ``first_seen_of``)
+    objects: ReportObjects | None = None
+    first_seen_wall: dict[str, dict[str, int]] | None = None
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -78,6 +81,15 @@ class PreparedReport:
 
     def close(self) -> None:
         self.export.close()
+
+    def release(self) -> None:
+        """Read what numbering needs, then close the connection until ``reopen``.
+
+        Planning a job of many reports keeps only this summary of each, not its connection.
+        """
+        objects_of(self)
+        first_seen_of(self, 0)
+        self.close()
 
     def reopen(self) -> None:
         """A fresh connection that keeps the plan and metadata already read (no re-scan).
@@ -125,9 +137,17 @@ def prepare(path: Path, wanted: list[str] | None = None) -> PreparedReport:
     )
 
 
-def objects_of(rep: PreparedReport) -> list[tuple[str, int, str, int | None,
-                                                  dict[ThreadKey, str]]]:
+ReportObjects = list[tuple[str, int, str, int | None, dict[ThreadKey, str]]]
+
+
+def objects_of(rep: PreparedReport) -> ReportObjects:
     """(host, pid, name, rank, threads) of every process with activity in the report."""
+    if rep.objects is None:
+        rep.objects = _read_objects(rep)
+    return rep.objects
+
+
+def _read_objects(rep: PreparedReport) -> ReportObjects:
     procs = rep.export.processes()
     names = rep.export.thread_names()
     out: list[tuple[str, int, str, int | None, dict[ThreadKey, str]]] = []
@@ -163,7 +183,15 @@ def metric_owners(plan: ExportPlan) -> dict[int, int]:
 
 def first_seen_of(rep: PreparedReport, origin_wall: int) -> dict[str, dict[str, int]]:
     """Value group -> label -> earliest trace-relative time the label appears."""
-    offset = rep.export.meta.wall_offset_ns - origin_wall
+    if rep.first_seen_wall is None:
+        rep.first_seen_wall = _read_first_seen(rep)
+    return {group: {label: t - origin_wall for label, t in seen.items()}
+            for group, seen in rep.first_seen_wall.items()}
+
+
+def _read_first_seen(rep: PreparedReport) -> dict[str, dict[str, int]]:
+    """Value group -> label -> earliest wall-clock time the label appears."""
+    offset = rep.export.meta.wall_offset_ns
     out: dict[str, dict[str, int]] = {}
     from prvstream.daemon.records import value_label
 

@@ -24,7 +24,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT, open_export
+from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
 from prvstream.daemon.merge import Stream, merge_bounded
 from prvstream.daemon.numbering import Numbering
 from prvstream.daemon.pipeline import (
@@ -400,8 +400,3 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for path_text, reason in result.failed:
         sys.stdout.write(f"prvstream: skipped {path_text}: {reason}\n")
     return 1 if result.failed else 0
-
-
-def reopen_check(path: Path) -> None:
-    """Open and close an export (used by callers that only validate)."""
-    open_export(path).close()

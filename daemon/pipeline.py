@@ -12,7 +12,6 @@ import contextlib
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import structlog
 
 from prvstream.daemon import tables
 from prvstream.daemon.export import Export, ExportPlan, open_export
-from prvstream.daemon.merge import KEY_DTYPE, PRIO_BEGIN, RecordBatch, Stream, merge
+from prvstream.daemon.merge import PRIO_BEGIN, Stream, merge
 from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
 from prvstream.daemon.records import (
     _KIND_RANK,
@@ -384,12 +383,3 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     router.release(None)
     if sink is not None:
         sink.end_report()
-
-
-def empty_keys() -> np.ndarray:
-    return np.empty(0, dtype=KEY_DTYPE)
-
-
-def iter_lines(stream: Stream) -> Iterator[RecordBatch]:
-    for batch, _ in stream:
-        yield batch

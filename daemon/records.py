@@ -505,7 +505,6 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
                 break
         stack.append((en[i], vl[i]))
     ranges = np.flatnonzero(etype_col != NVTX_MARK)
-    marks = np.flatnonzero(etype_col == NVTX_MARK)
     seq = ctx.next_seq("nvtx", len(chunk))
     rank = _KIND_RANK["nvtx"] * 4 + _LINE_EVENT
     begin = _lines("2:0:1:%d:%d:%d:%d:%d", task, thread, start, etype, value)
@@ -528,7 +527,6 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
             procs = [ctx.process_index.get(g & ~0xFFFFFF, 0) for g in chunk["gtid"][sel].tolist()]
             phases["process"] = procs
             phases["name"] = [ctx.phase_id(labels[j]) for j in inverse[sel].tolist()]
-    del marks
     return ChunkResult(RecordBatch.concat(parts), phases=phases, rows=len(chunk))
 
 

@@ -98,7 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finalize a job after this long without a new report (0: never)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="converter workers")
     p.add_argument("--once", action="store_true",
-                   help="process what is there, finalize nothing, and exit (for scripts)")
+                   help="process what is there (finalizing jobs whose prvstream.done marker "
+                        "is present) and exit (for scripts)")
+    p.add_argument("--exit-when-finalized", action="store_true",
+                   help="exit 0 once every job seen has been finalized (one-job instances, "
+                        "e.g. prvstream@.service started by a Slurm prolog)")
     _common(p)
 
     p = sub.add_parser("finalize", help="compact a job's live trace into its canonical form",

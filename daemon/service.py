@@ -73,10 +73,12 @@ class Job:
 class Service:
     """The daemon; ``await Service(roots, settings).run()``."""
 
-    def __init__(self, roots: list[str], settings: Settings, *, once: bool = False) -> None:
+    def __init__(self, roots: list[str], settings: Settings, *, once: bool = False,
+                 exit_when_finalized: bool = False) -> None:
         self.roots = roots
         self.settings = settings
         self.once = once
+        self.exit_when_finalized = exit_when_finalized
         self.jobs: dict[Path, Job] = {}
         self.limiter = anyio.CapacityLimiter(settings.workers)
         self.appended = 0
@@ -245,6 +247,13 @@ class Service:
                     await self._finalize(job, "marker")
                 elif idle > 0 and now - job.last_change >= idle:
                     await self._finalize(job, "idle")
+            if self.exit_when_finalized and self.jobs and all(
+                    j.journal.state.finalized and self._idle(j) for j in self.jobs.values()):
+                log.info("all_jobs_finalized_exiting", jobs=len(self.jobs))
+                self.stop()
+                assert self._tg is not None
+                self._tg.cancel_scope.cancel()
+                return
 
     # -- signals -----------------------------------------------------------------------------
     async def _signals(self, scope: anyio.CancelScope) -> None:
@@ -305,6 +314,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if not Path(root).is_dir():
             raise PrvstreamError(f"watched root {root} is not a directory; create it first")
     os.makedirs(settings.state_dir, exist_ok=True)
-    service = Service(list(args.roots), settings, once=args.once)
+    service = Service(list(args.roots), settings, once=args.once,
+                      exit_when_finalized=args.exit_when_finalized)
     anyio.run(service.run)
     return 0

@@ -271,6 +271,20 @@ def test_once_processes_existing_files_and_exits(
     assert_same(outputs(job), convert_outputs(job, tmp_path / "conv" / "job"), "--once")
 
 
+def test_exit_when_finalized_ends_a_one_job_instance(
+        job: Path, synth_sources: list[Path],
+        start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon(job, extra=("--exit-when-finalized",))
+    for src in synth_sources[:2]:
+        place_atomically(src, job / src.name)
+    wait_for(lambda: job_status(job).get("reports") == 2, 60, "both reports landed", daemon)
+    assert daemon.alive()  # still serving: the job has not ended
+    (job / "prvstream.done").touch()
+    assert daemon.wait_exit(timeout=60) == 0, daemon.tail()
+    assert job_status(job)["finalized"]
+    assert daemon.named("all_jobs_finalized_exiting")
+
+
 # ---------------------------------------------------------------------------- kill -9
 
 

@@ -68,6 +68,12 @@ class _OrderBroken(Exception):
     """A block would put a thread's records before its earlier ones: compaction needed."""
 
 
+def _header_length(prv: Path) -> int:
+    """Bytes of a trace's header line, newline included (its capacity)."""
+    with prv.open("rb") as fh:
+        return len(fh.readline())
+
+
 def _copy_numbering(state: NumberingState) -> NumberingState:
     return msgspec.json.decode(msgspec.json.encode(state), type=NumberingState)
 
@@ -395,7 +401,7 @@ class LiveTrace:
                 if rep is not extra:
                     rep.close()
         tmp_prv = Path(str(tmp_out) + ".prv")
-        header_len = len(tmp_prv.open("rb").readline())
+        header_len = _header_length(tmp_prv)
         state.header_capacity = header_len
         os.replace(tmp_prv, self.prv)
         for ext in (".pcf", ".row"):
@@ -432,7 +438,7 @@ class LiveTrace:
                 rep.close()
         canonical = result.numbering
         tmp_prv = Path(str(tmp_out) + ".prv")
-        header_len = len(tmp_prv.open("rb").readline())
+        header_len = _header_length(tmp_prv)
         os.replace(Path(str(tmp_out) + ".pcf"), self.pcf)
         os.replace(Path(str(tmp_out) + ".row"), self.row)
         os.replace(tmp_prv, self.prv)

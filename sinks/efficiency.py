@@ -184,7 +184,7 @@ class EfficiencyModel:
         sweeps: dict[int, _Sweep] = {}
         for gid in dict.fromkeys(local.tolist()):
             dev = self._devices[gid]
-            if dev.spans and max(e for _, e in dev.spans) > start:
+            if any(s < end and e > start for s, e in dev.spans):  # slices may come late
                 log.warning("device_overlaps_earlier_report", job=self.job, host=dev.host,
                             device=dev.device, report=info.report_id)
             sweeps[gid] = _Sweep(lo=start, idle_since=start)

@@ -1,0 +1,101 @@
+"""The live trace's own paths: out-of-order capture slices (rewrite), header growth, recovery."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.convert import convert
+from prvstream.daemon.journal import JobJournal
+from prvstream.daemon.livetrace import LiveTrace
+from prvstream.daemon.readiness import report_identity
+from prvstream.daemon.synth import SynthSpec, write_job
+from tests.prv_check import validate
+
+
+def _job(tmp_path: Path, **overrides: object) -> tuple[Path, LiveTrace]:
+    job = tmp_path / "job"
+    job.mkdir()
+    settings = load_settings(None, {"state_dir": str(tmp_path / "state"), **overrides},
+                             environ={})
+    journal = JobJournal.open(settings.state_dir, job)
+    journal.lock()
+    return job, LiveTrace(journal, job / "prvstream", "job", settings)
+
+
+def _same_as_convert(job: Path, tmp_path: Path, trace: LiveTrace) -> None:
+    """The finalized trace equals a batch conversion of the job with the same settings."""
+    convert([str(job)], tmp_path / "batch", trace.settings)
+    for ext in (".prv", ".pcf", ".row"):
+        live = (job / "prvstream" / f"job{ext}").read_bytes()
+        assert live == (tmp_path / f"batch{ext}").read_bytes(), ext
+
+
+def _append(trace: LiveTrace, job: Path, source: Path) -> bool:
+    target = job / source.name
+    shutil.copy(source, target)
+    result = trace.append(target, report_identity(target))
+    validate(trace.prv)
+    return result.compacted
+
+
+def test_slices_arriving_out_of_order_are_rewritten_then_finalized(tmp_path: Path) -> None:
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=2, slices=2, steps=2))
+    by_name = {p.name: p for p in sources}
+    job, trace = _job(tmp_path, skew_allowance=0.0)
+    late_first = ["rank0000.slice01.sqlite", "rank0001.slice01.sqlite",
+                  "rank0000.slice00.sqlite", "rank0001.slice00.sqlite"]
+    with capture_logs() as logs:
+        compacted = [_append(trace, job, by_name[name]) for name in late_first]
+    assert compacted == [False, False, True, True]
+    assert not [e for e in logs if e["event"] == "device_overlaps_earlier_report"]
+    trace.finalize()
+    stats = validate(trace.prv, globally_sorted=True)
+    assert len(stats.threads_per_task) == 2
+    _same_as_convert(job, tmp_path, trace)
+
+
+def test_header_outgrowing_its_capacity_is_rewritten(tmp_path: Path) -> None:
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=40, hosts=40, steps=1))
+    job, trace = _job(tmp_path, header_capacity=256)
+    for source in sources:
+        _append(trace, job, source)
+    assert trace.journal.state.header_capacity > 256
+    header = trace.prv.read_bytes()[: trace.journal.state.header_capacity]
+    assert header.endswith(b"\n") and b",0" in header
+    trace.finalize()
+    _same_as_convert(job, tmp_path, trace)
+
+
+def test_recovery_truncates_an_uncommitted_block(tmp_path: Path) -> None:
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1))
+    job, trace = _job(tmp_path)
+    _append(trace, job, sources[0])
+    committed = trace.prv.read_bytes()
+    with trace.prv.open("ab") as fh:  # a block written, never committed (crash)
+        fh.write(b"2:0:1:1:1:5:63000000:1\n" * 100)
+    trace.journal.unlock()
+    journal = JobJournal.open(trace.settings.state_dir, job)
+    journal.lock()
+    again = LiveTrace(journal, job / "prvstream", "job", trace.settings)
+    again.recover()
+    assert again.prv.read_bytes() == committed
+    _append(again, job, sources[1])
+    again.finalize()
+    _same_as_convert(job, tmp_path, again)
+
+
+@pytest.mark.parametrize("kinds", [pytest.param(["kernel", "memcpy"], id="gpu-only")])
+def test_restricted_kinds_still_finalize_like_convert(tmp_path: Path, kinds: list[str]) -> None:
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1))
+    job, trace = _job(tmp_path, kinds=kinds)
+    for source in sources:
+        _append(trace, job, source)
+    trace.finalize()
+    settings = load_settings(None, {"kinds": kinds}, environ={})
+    convert([str(job)], tmp_path / "batch", settings)
+    assert trace.prv.read_bytes() == (tmp_path / "batch.prv").read_bytes()

@@ -19,7 +19,7 @@ from tests.prv_check import validate
 
 def _job(tmp_path: Path, **overrides: object) -> tuple[Path, LiveTrace]:
     job = tmp_path / "job"
-    job.mkdir()
+    job.mkdir(parents=True)
     settings = load_settings(None, {"state_dir": str(tmp_path / "state"), **overrides},
                              environ={})
     journal = JobJournal.open(settings.state_dir, job)
@@ -99,3 +99,25 @@ def test_restricted_kinds_still_finalize_like_convert(tmp_path: Path, kinds: lis
     settings = load_settings(None, {"kinds": kinds}, environ={})
     convert([str(job)], tmp_path / "batch", settings)
     assert trace.prv.read_bytes() == (tmp_path / "batch.prv").read_bytes()
+
+
+def test_summaries_after_recovery_equal_an_uninterrupted_run(tmp_path: Path) -> None:
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=3, steps=2))
+    plain_job, plain = _job(tmp_path / "plain")
+    for source in sources:
+        _append(plain, plain_job, source)
+
+    job, trace = _job(tmp_path / "crash")
+    _append(trace, job, sources[0])
+    with trace.summary_jsonl.open("ab") as fh:  # a torn, uncommitted summary line
+        fh.write(b'{"schema":1,"job":"job","view":"cumul')
+    trace.journal.unlock()
+    journal = JobJournal.open(trace.settings.state_dir, job)
+    journal.lock()
+    again = LiveTrace(journal, job / "prvstream", "job", trace.settings)
+    again.recover()
+    for source in sources[1:]:
+        _append(again, job, source)
+    for name in ("summary.jsonl", "summary.json", "job.prv", "job.pcf", "job.row"):
+        assert (job / "prvstream" / name).read_bytes() == \
+            (plain_job / "prvstream" / name).read_bytes(), name

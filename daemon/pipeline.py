@@ -33,7 +33,7 @@ from prvstream.daemon.records import (
 from prvstream.sinks import paraver as pv
 from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, DeviceInfo, ProcessInfo, ReportInfo
 from prvstream.sinks.base import Sink as SinkProtocol
-from prvstream.sinks.errors import UnsupportedSchema
+from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 
 __all__ = [
     "CONVERTIBLE_KINDS",
@@ -124,8 +124,14 @@ def prepare(path: Path, wanted: list[str] | None = None) -> PreparedReport:
         plan = export.plan()
         try:
             ranks = export.mpi_ranks()
-        except Exception:
+        except (sqlite3.Error, ValueError, TypeError):  # an optional table of unknown shape
             ranks = {}
+    except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
+        export.close()
+        raise NotAnExport(
+            f"{path}: unexpected content while planning ({exc}); this is not an intact "
+            "Nsight Systems export, re-export it"
+        ) from exc
     except BaseException:
         export.close()
         raise

@@ -175,10 +175,15 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
                 raise _damaged(export, kind, exc) from exc
             if not rows:
                 break
-            if kind == "nvtx":
-                yield _nvtx_chunk(export, rows, dtype)
-            else:
-                yield np.array(rows, dtype=dtype)
+            try:
+                chunk = (_nvtx_chunk(export, rows, dtype) if kind == "nvtx"
+                         else np.array(rows, dtype=dtype))
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise NotAnExport(
+                    f"{export.path}: the {kind} rows hold a value that is not an integer "
+                    f"({exc}); this is not an intact Nsight Systems export, re-export it"
+                ) from exc
+            yield chunk
     finally:
         with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
             cur.close()

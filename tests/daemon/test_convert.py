@@ -188,3 +188,33 @@ def test_gpu_metrics_become_events_on_a_gpu_thread(tmp_path: Path, settings) -> 
     pcf = out.with_suffix(".pcf").read_text()
     assert "GPU metric: SM Active [Throughput %]" in pcf
     assert "GPU0 metrics" in out.with_suffix(".row").read_text()
+
+
+@pytest.mark.parametrize(
+    ("update", "where"),
+    [
+        pytest.param("SET start = 'abc'", "planning", id="text-in-start"),
+        pytest.param("SET correlationId = 'x'", "streaming", id="text-in-a-column"),
+    ],
+)
+def test_hostile_values_give_a_clear_error(update: str, where: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A file whose columns hold text where nsys writes integers is refused by name, whether
+    planning or streaming meets the value, and no partial output is left."""
+    found = [p for p in real_exports() if "torch_tiny" in p.name]
+    if not found:
+        pytest.skip("real exports not available")
+    hostile = tmp_path / "hostile.sqlite"
+    shutil.copy(found[0], hostile)
+    con = sqlite3.connect(hostile)
+    con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL {update}")
+    con.commit()
+    con.close()
+    status = cli("convert", str(hostile), "-o", str(tmp_path / "out"), "--no-progress",
+                 "--log-json")
+    captured = capsys.readouterr()
+    assert status != 0
+    assert "hostile.sqlite" in captured.out + captured.err
+    assert "Traceback" not in captured.err
+    assert not (tmp_path / "out.prv").exists()
+    assert not list(tmp_path.glob(".out.prv.*"))

@@ -41,7 +41,8 @@ from prvstream.sinks import paraver as pv
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
-from prvstream.sinks.summary import encode_record, write_atomic
+from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.summary import encode_record
 
 __all__ = [
     "ConvertResult",
@@ -272,10 +273,10 @@ def write_trace(
             fh.write(pv.header_line(numbering.layout(), end_time, origin, capacity))
             fh.flush()
             os.fsync(fh.fileno())
-        pv.atomic_write(pcf, pv.pcf_text(event_types(numbering)))
-        pv.atomic_write(row, pv.row_text(numbering.layout()))
+        atomic_write(pcf, pv.pcf_text(event_types(numbering)))
+        atomic_write(row, pv.row_text(numbering.layout()))
         os.replace(tmp, prv)
-        pv.fsync_dir(prv.parent)
+        fsync_dir(prv.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -389,7 +390,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if progress is not None:
             progress.close()
     summary_path = out.with_name(out.name + ".summary.json")
-    write_atomic(summary_path, encode_record(model.state()))
+    atomic_write(summary_path, encode_record(model.state()))
     result.outputs.append(str(summary_path))
     rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
     sys.stdout.write(

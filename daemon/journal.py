@@ -20,6 +20,7 @@ import structlog
 from prvstream.daemon.numbering import NumberingState
 from prvstream.daemon.readiness import ReportIdentity
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
+from prvstream.sinks.files import atomic_write
 
 __all__ = [
     "JOURNAL_VERSION",
@@ -30,8 +31,6 @@ __all__ = [
     "Quarantined",
     "ReportEntry",
     "ThreadTime",
-    "atomic_write",
-    "fsync_dir",
     "journal_path",
     "open_for_output",
     "safe_output_path",
@@ -110,34 +109,6 @@ _decoder = msgspec.json.Decoder(JournalState)
 
 
 # ------------------------------------------------------------------------------- file system
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so that a rename in it survives a power cut."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync, rename over it, fsync dir."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -31,6 +31,7 @@ from prvstream.daemon.spool import ReportSpool
 from prvstream.sinks import paraver as pv
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
+from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
 __all__ = ["AppendInterrupted", "AppendResult", "LiveTrace", "output_dir_for"]
@@ -224,7 +225,7 @@ class LiveTrace:
             dst.flush()
             os.fsync(dst.fileno())
         os.replace(tmp, self.prv)
-        pv.fsync_dir(self.prv.parent)
+        fsync_dir(self.prv.parent)
         shift = new_capacity - old_capacity
         state.prv_length += shift
         for entry in state.reports:
@@ -407,7 +408,7 @@ class LiveTrace:
         for ext in (".pcf", ".row"):
             with contextlib.suppress(FileNotFoundError):
                 Path(str(tmp_out) + ext).unlink()
-        pv.fsync_dir(self.prv.parent)
+        fsync_dir(self.prv.parent)
         length = self.prv.stat().st_size
         state.prv_length = length
         state.extra["end_time"] = result.end_time
@@ -442,7 +443,7 @@ class LiveTrace:
         os.replace(Path(str(tmp_out) + ".pcf"), self.pcf)
         os.replace(Path(str(tmp_out) + ".row"), self.row)
         os.replace(tmp_prv, self.prv)
-        pv.fsync_dir(self.prv.parent)
+        fsync_dir(self.prv.parent)
         assert canonical is not None
         state.numbering = canonical.state
         self.numbering = canonical

@@ -45,7 +45,6 @@ __all__ = [
     "EventTypeSpec",
     "TaskLayout",
     "TraceLayout",
-    "atomic_write",
     "header_line",
     "pcf_text",
     "rewrite_header",
@@ -271,31 +270,3 @@ def row_text(layout: TraceLayout) -> str:
     out += ["", f"LEVEL THREAD SIZE {layout.thread_count()}"]
     out += [sanitize_label(name) for t in layout.tasks for name in t.threads]
     return "\n".join(out) + "\n"
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it into place.
-
-    Refuses to replace a symlink (outputs are never written through links).
-    """
-    if path.is_symlink():
-        from prvstream.sinks.errors import OutputConflict
-
-        raise OutputConflict(f"{path} is a symlink; prvstream never writes through links")
-    payload = data.encode() if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as fh:
-        fh.write(payload)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -8,7 +8,7 @@ Public API (schema in docs/summary-schema.md):
   ``DeviceRow``, ``GroupRow`` are their parts. ``SCHEMA_VERSION`` is what this code writes.
 - ``SummaryWriter(path)``: ``append(record) -> committed length``, ``append_many(records)``,
   ``length``, ``truncate_to(length)`` (daemon recovery), ``write_state(state, path)``.
-- ``write_atomic(path, data)``, ``read_records(path, offset) -> (records, new_offset)``,
+- ``atomic_write(path, data)``, ``read_records(path, offset) -> (records, new_offset)``,
   ``fold(records, state)``, ``load_summary(path) -> SummaryState``, ``encode_record``,
   ``decode_state``.
 - ``verdict(metrics)``, ``render_table(state, view)``, ``prometheus_text(state)``,
@@ -17,7 +17,6 @@ Public API (schema in docs/summary-schema.md):
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -28,6 +27,7 @@ import msgspec
 import structlog
 
 from prvstream.sinks.errors import OutputConflict, PrvstreamError
+from prvstream.sinks.files import atomic_write
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -47,7 +47,6 @@ __all__ = [
     "read_records",
     "render_table",
     "verdict",
-    "write_atomic",
     "write_prom_file",
 ]
 
@@ -154,26 +153,6 @@ def decode_state(data: bytes) -> SummaryState:
                              f"summary.jsonl or a job directory") from exc
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically: temp file, fsync, ``os.replace``, dir fsync."""
-    target = Path(path)
-    if target.is_symlink():
-        raise OutputConflict(f"{target} is a symlink; prvstream never writes through symlinks, "
-                             f"remove it or choose another path")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
-    with contextlib.suppress(OSError):  # directories cannot be fsynced everywhere
-        dfd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
 class SummaryWriter:
     """Append-only ``summary.jsonl`` with a committed byte length the daemon can journal."""
 
@@ -230,7 +209,7 @@ class SummaryWriter:
     @staticmethod
     def write_state(state: SummaryState, path: str | os.PathLike[str]) -> None:
         """Write ``summary.json`` (or ``OUT.summary.json``) atomically."""
-        write_atomic(path, msgspec.json.format(_ENCODER.encode(state), indent=1) + b"\n")
+        atomic_write(path, msgspec.json.format(_ENCODER.encode(state), indent=1) + b"\n")
 
 
 def read_records(path: str | os.PathLike[str],
@@ -433,7 +412,7 @@ def _num(x: float) -> str:
 
 def write_prom_file(path: str | os.PathLike[str], state: SummaryState) -> None:
     """Write the textfile-collector file atomically (collectors never see half a file)."""
-    write_atomic(path, prometheus_text(state).encode())
+    atomic_write(path, prometheus_text(state).encode())
 
 
 def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],

@@ -1,0 +1,53 @@
+"""Crash-safe file replacement: every whole-file output goes through a temp file and a rename.
+
+One implementation for the trace's .pcf/.row, the summaries, the journal and status files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import structlog
+
+from prvstream.sinks.errors import OutputConflict
+
+__all__ = ["atomic_write", "fsync_dir"]
+
+log = structlog.get_logger(__name__)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so that a rename in it survives a power cut (where supported)."""
+    with contextlib.suppress(OSError):  # some file systems cannot fsync a directory
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Replace ``path`` with ``data``: temp file beside it (never through a link), fsync,
+    ``os.replace``, fsync of the directory. A symlink at ``path`` is refused."""
+    target = Path(path)
+    if target.is_symlink():
+        raise OutputConflict(f"{target} is a symlink; prvstream never writes through symlinks: "
+                             "remove it or choose another output path")
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)

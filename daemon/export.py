@@ -6,12 +6,14 @@ Probes the schema (every table and column is optional), reads metadata, clock an
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import struct
-from collections.abc import Iterable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
 import structlog
@@ -35,6 +37,7 @@ __all__ = [
     "open_export",
     "pid_of",
     "process_of",
+    "ro_uri",
     "tid_of",
     "wrap_i4",
 ]
@@ -215,6 +218,28 @@ def _header_problem(path: Path) -> str | None:
     return None
 
 
+def ro_uri(path: Path) -> str:
+    """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path)."""
+    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
+
+
+_T = TypeVar("_T")
+
+
+def _memoized(method: Callable[[Export], _T]) -> Callable[[Export], _T]:
+    """Read a small table once per export (the result survives ``PreparedReport.reopen``)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: Export) -> _T:
+        if name not in self.memo:
+            self.memo[name] = method(self)
+        found: _T = self.memo[name]
+        return found
+
+    return wrapper
+
+
 def open_export(path: str | Path) -> Export:
     """Open ``path`` read-only and check that it is an Nsight Systems export with data.
 
@@ -227,7 +252,7 @@ def open_export(path: str | Path) -> Export:
         raise NotAnExport(f"{p}: {problem}; point prvstream at an Nsight Systems SQLite "
                           f"export (nsys export --type sqlite) that has been fully written")
     try:
-        con = sqlite3.connect(f"file:{p}?mode=ro", uri=True, check_same_thread=False)
+        con = sqlite3.connect(ro_uri(p), uri=True, check_same_thread=False)
     except sqlite3.Error as exc:
         raise NotAnExport(f"{p}: cannot open as SQLite ({exc}); check the file and its "
                           f"permissions") from exc
@@ -262,6 +287,8 @@ class Export:
         self._inline: dict[int, str] = {}
         self._inline_ids: dict[str, int] | None = None
         self._meta: ExportMeta | None = None
+        #: small tables read once (processes, thread and domain names, ...)
+        self.memo: dict[str, Any] = {}
         self._plan: ExportPlan | None = None
         if not any(self._nonempty(src) for kind in KIND_TABLES for src in self.sources(kind)):
             raise UnsupportedSchema(f"{path}: the export holds no CUDA, GPU, NVTX, OS runtime, "
@@ -480,6 +507,7 @@ class Export:
         return nid
 
     # -- objects ----------------------------------------------------------------------------
+    @_memoized
     def processes(self) -> dict[int, ProcessRow]:
         """globalPid -> PROCESSES row."""
         if not self.has("PROCESSES", "globalPid"):
@@ -495,6 +523,7 @@ class Export:
                                 else str(n))
         return out
 
+    @_memoized
     def thread_names(self) -> dict[int, str]:
         """globalTid -> thread name (ThreadNames joined to StringIds; highest priority wins)."""
         if not (self.has("ThreadNames", "globalTid") and self.has("ThreadNames", "nameId")):
@@ -520,6 +549,7 @@ class Export:
                 if i is not None}
         return {}
 
+    @_memoized
     def nvtx_domains(self) -> dict[int, str]:
         """domainId -> domain name, from NvtxDomainCreate rows (domain 0 is the default)."""
         if not (self.has("NVTX_EVENTS", "domainId") and self.has("NVTX_EVENTS", "eventType")):
@@ -538,6 +568,7 @@ class Export:
                            names.get(int(t), "") if t is not None else "")
         return out
 
+    @_memoized
     def mpi_ranks(self) -> dict[int, int]:
         """globalPid -> MPI rank, from MPI_RANKS (rank, globalTid) when present."""
         if not self.has("MPI_RANKS", "rank"):
@@ -549,6 +580,7 @@ class Export:
         return {process_of(int(g)): int(r) for g, r in self._con.execute(
             f"SELECT {key}, rank FROM MPI_RANKS") if g is not None and r is not None}
 
+    @_memoized
     def gpu_metric_names(self) -> dict[int, str]:
         """metricId -> metric name, from TARGET_INFO_GPU_METRICS."""
         t = "TARGET_INFO_GPU_METRICS"

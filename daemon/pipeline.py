@@ -101,6 +101,7 @@ class PreparedReport:
         fresh._plan = self.plan
         fresh._inline_ids = self.export._inline_ids
         fresh._inline = dict(self.export._inline)
+        fresh.memo = dict(self.export.memo)
         self.export.close()
         self.export = fresh
 

@@ -10,13 +10,13 @@ import shutil
 import sqlite3
 import subprocess
 import time
-import urllib.parse
 from pathlib import Path
 
 import anyio
 import msgspec
 import structlog
 
+from prvstream.daemon.export import ro_uri
 from prvstream.sinks.errors import ExportIncomplete
 
 __all__ = [
@@ -101,10 +101,6 @@ def report_identity(path: Path) -> ReportIdentity:
                           mtime_ns=st.st_mtime_ns, head_sha256=hashlib.sha256(head).hexdigest())
 
 
-def _ro_uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-
-
 def check_export(path: Path) -> Verdict:
     """One look at ``path`` (blocking, no waiting): the checks of DESIGN §3 except settling.
 
@@ -128,7 +124,7 @@ def check_export(path: Path) -> Verdict:
     if magic != _SQLITE_MAGIC:
         return NotYet("not an SQLite database (bad header)", corrupt=True)
     try:
-        con = sqlite3.connect(_ro_uri(path), uri=True, check_same_thread=False)
+        con = sqlite3.connect(ro_uri(path), uri=True, check_same_thread=False)
     except sqlite3.Error as exc:
         return NotYet(f"a read-only open fails: {exc}", corrupt=True)
     try:

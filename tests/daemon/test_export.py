@@ -14,7 +14,7 @@ import pytest
 from prvstream.daemon import tables
 from prvstream.daemon.export import ENUM_FALLBACKS, Export, open_export, process_of
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
-from tests.conftest import make_db, real_export_params
+from tests.conftest import make_db, real_export_params, real_exports
 
 #: facts about the real exports, checked by hand with sqlite3
 EXPECTED = {
@@ -441,3 +441,18 @@ def test_system_clock_off_the_event_clock_is_ignored(tmp_path: Path) -> None:
         assert meta.system_clock_ns == 515396806359142
         assert meta.clock_anchor == "first_event"
         assert meta.wall_offset_ns == 1_700_000_000_000_000_000 - meta.first_ns
+
+
+def test_paths_with_uri_characters_open_read_only(tmp_path: Path) -> None:
+    """'#' and '?' in a path must not cut the SQLite URI (and drop mode=ro)."""
+    found = [p for p in real_exports() if "torch_tiny" in p.name]
+    if not found:
+        pytest.skip("real exports not available")
+    odd = tmp_path / "job#1?x" / "a.sqlite"
+    odd.parent.mkdir()
+    shutil.copy(found[0], odd)
+    before = odd.read_bytes()
+    with open_export(odd) as export:
+        assert export.meta.hostname == "DESKTOP-KBEMEQS"
+    assert odd.read_bytes() == before
+    assert not (tmp_path / "job").exists()

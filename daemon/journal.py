@@ -208,6 +208,11 @@ class JobJournal:
             self._lock_fd = None
 
     # -- reports and quarantine ----------------------------------------------------------
+    def restore(self, state: JournalState) -> None:
+        """Go back to ``state`` (a copy taken earlier), e.g. after a failed append."""
+        self.state = state
+        self._reindex()
+
     def has_report(self, identity: ReportIdentity) -> bool:
         return identity in self._identities
 

@@ -23,7 +23,7 @@ import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.convert import event_types, track_thread_last, write_trace
-from prvstream.daemon.journal import JobJournal, OutputDir, ReportEntry, ThreadTime
+from prvstream.daemon.journal import JobJournal, JournalState, OutputDir, ReportEntry, ThreadTime
 from prvstream.daemon.numbering import Numbering, NumberingState
 from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
 from prvstream.daemon.readiness import ReportIdentity
@@ -106,6 +106,8 @@ class LiveTrace:
         self.model = self._new_model()
         #: set from another thread to roll back the block in progress and stop
         self.abort = threading.Event()
+        #: whether the append in progress already fed the efficiency model
+        self._model_fed = False
         self.thread_last: dict[tuple[int, int], int] = {}
         #: the last block written and its threads' last times (for the journal entry)
         self._last_block: tuple[int, int] = (0, 0)
@@ -124,8 +126,12 @@ class LiveTrace:
         return int(self.journal.state.extra.get("end_time", 0))
 
     # -- recovery ------------------------------------------------------------------------
-    def recover(self) -> None:
-        """Bring the outputs back to exactly what the journal committed."""
+    def recover(self, *, refeed: bool = True) -> None:
+        """Bring the outputs back to exactly what the journal committed.
+
+        ``refeed=False`` keeps the efficiency model as it is (it was not fed since the last
+        commit); otherwise it is rebuilt from the committed reports.
+        """
         state = self.journal.state
         if state.reports and (not self.prv.exists() or
                               self.prv.stat().st_size < state.prv_length):
@@ -152,7 +158,10 @@ class LiveTrace:
         writer = SummaryWriter(self.summary_jsonl)
         if writer.length > state.summary_length:
             writer.truncate_to(state.summary_length)
-        self._refeed_model()
+        if refeed:
+            self._refeed_model()
+        if state.reports:
+            self.out.replace(self.summary_json.name, encode_record(self.model.state()))
         self._remember_prv()
         log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
                  prv_length=state.prv_length)
@@ -178,20 +187,17 @@ class LiveTrace:
         scratch = Numbering(_copy_numbering(state.numbering))
         for index, entry in enumerate(state.reports):
             try:
-                rep = prepare(Path(entry.path), ["kernel", "memcpy", "memset", "nvtx"])
+                rep = prepare(Path(entry.path), self.settings.kinds or None)
             except (PrvstreamError, OSError) as exc:
                 log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
                 continue
-            spool = ReportSpool()
             try:
                 ctx, info = report_context(rep, scratch, state.origin_wall_ns, index,
                                            self.settings.phase_pattern)
-                for _ in report_stream(rep, ctx, info, self.settings.chunk_rows, spool,
+                for _ in report_stream(rep, ctx, info, self.settings.chunk_rows, self.model,
                                        Counter()):
                     pass
-                spool.replay(self.model)
             finally:
-                spool.discard()
                 rep.close()
         self.model.take_updates()  # already in summary.jsonl
 
@@ -246,7 +252,32 @@ class LiveTrace:
 
     # -- appending -------------------------------------------------------------------------
     def append(self, path: Path, identity: ReportIdentity) -> AppendResult:
-        """Convert one complete report and commit it to the job (or raise, changing nothing)."""
+        """Convert one complete report and commit it to the job (or raise, changing nothing).
+
+        On any failure the journal state of before is restored and the outputs are brought
+        back to it exactly as crash recovery would, so a quarantined report leaves no trace.
+        """
+        snapshot = msgspec.json.encode(self.journal.state)
+        self._model_fed = False
+        try:
+            return self._append(path, identity)
+        except BaseException:
+            self._roll_back(snapshot)
+            raise
+
+    def _roll_back(self, snapshot: bytes) -> None:
+        self.journal.restore(msgspec.json.decode(snapshot, type=JournalState))
+        self.numbering = Numbering(self.journal.state.numbering)
+        self.thread_last = {}
+        for entry in self.journal.state.reports:
+            for tt in entry.thread_last:
+                key = (tt.task, tt.thread)
+                self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
+        self.recover(refeed=self._model_fed)
+        log.info("append_rolled_back_to_journal", job=self.journal.state.job_dir,
+                 reports=len(self.journal.state.reports))
+
+    def _append(self, path: Path, identity: ReportIdentity) -> AppendResult:
         started = time.perf_counter()
         state = self.journal.state
         rep = prepare(path, self.settings.kinds or None)
@@ -269,9 +300,8 @@ class LiveTrace:
                     compacted = True
                     spool.discard()
                     spool = ReportSpool()
-                    rep.close()
-                    rep = prepare(path, self.settings.kinds or None)
                     rows, records = self._rebuild(rep, state.origin_wall_ns, spool)
+            self._model_fed = True
             spool.replay(self.model)
             self._publish_summary()
             self._record_report(rep, identity, records)

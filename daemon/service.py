@@ -61,13 +61,17 @@ class Job:
     root: Path
     journal: JobJournal
     trace: LiveTrace
-    send: MemoryObjectSendStream[tuple[Path, Ready]]
-    receive: MemoryObjectReceiveStream[tuple[Path, Ready]]
+    #: reports to append, or None: finalize (the writer does both, so they never overlap)
+    send: MemoryObjectSendStream[tuple[Path, Ready] | None]
+    receive: MemoryObjectReceiveStream[tuple[Path, Ready] | None]
     waiting: set[Path] = field(default_factory=set)
     queued: int = 0
     last_change: float = field(default_factory=time.monotonic)
     done_marker: bool = False
-    records: int = 0
+    #: a finalize is queued; the reason it was asked for
+    finalize_queued: str = ""
+    #: ``last_change`` when finalize last failed: not retried until something changes
+    finalize_failed_at: float | None = None
 
 
 class Service:
@@ -102,7 +106,7 @@ class Service:
         except BaseException:
             journal.unlock()
             raise
-        send, receive = anyio.create_memory_object_stream[tuple[Path, Ready]](math.inf)
+        send, receive = anyio.create_memory_object_stream[tuple[Path, Ready] | None](math.inf)
         job = Job(cand.job_dir, cand.root, journal, trace, send, receive)
         self.jobs[cand.job_dir] = job
         assert self._tg is not None
@@ -188,9 +192,13 @@ class Service:
     # -- the single writer of a job ----------------------------------------------------------
     async def _writer(self, job: Job) -> None:
         async with job.receive:
-            async for path, ready in job.receive:
+            async for item in job.receive:
                 try:
-                    await self._append(job, path, ready)
+                    if item is None:
+                        await self._finalize(job, job.finalize_queued)
+                        job.finalize_queued = ""
+                    else:
+                        await self._append(job, *item)
                 finally:
                     job.queued -= 1
                     self._changed.set()
@@ -200,7 +208,7 @@ class Service:
             return
         try:
             async with self.limiter:
-                result = await anyio.to_thread.run_sync(job.trace.append, path, ready.identity)
+                await anyio.to_thread.run_sync(job.trace.append, path, ready.identity)
         except AppendInterrupted:
             log.info("append_rolled_back", job=str(job.job_dir), report=path.name)
             return
@@ -212,7 +220,6 @@ class Service:
             self._quarantine(job, path, f"internal error: {exc!r}", ready.identity)
             return
         self.appended += 1
-        job.records += result.records
         job.last_change = time.monotonic()
         self._write_status(job)
         notify_status(f"{len(self.jobs)} job(s), {self.appended} report(s) appended; "
@@ -223,17 +230,28 @@ class Service:
         return not job.waiting and job.queued == 0
 
     async def _finalize(self, job: Job, why: str) -> None:
+        """Compact the job (called by its writer, or by ``--once`` when nothing else runs)."""
         state = job.journal.state
-        if state.finalized or not state.reports:
+        if state.finalized or not state.reports or self.stopping:
             return
         log.info("job_finalizing", job=str(job.job_dir), reason=why)
         try:
             async with self.limiter:
                 await anyio.to_thread.run_sync(job.trace.finalize)
-        except PrvstreamError as exc:
-            log.error("finalize_failed", job=str(job.job_dir), error=str(exc))
+        except Exception as exc:  # one job's failure must not stop the others
+            job.finalize_failed_at = job.last_change
+            log.error("finalize_failed", job=str(job.job_dir), error=str(exc),
+                      kind=type(exc).__name__, retry="after the next change to the job")
             return
         self._write_status(job)
+
+    async def _request_finalize(self, job: Job, why: str) -> None:
+        """Queue a finalize behind the job's pending appends (single writer per job)."""
+        if job.finalize_queued or job.finalize_failed_at == job.last_change:
+            return
+        job.finalize_queued = why
+        job.queued += 1
+        await job.send.send(None)
 
     async def _finalizer(self) -> None:
         idle = self.settings.idle_finalize
@@ -244,9 +262,9 @@ class Service:
                 if not self._idle(job) or job.journal.state.finalized:
                     continue
                 if job.done_marker:
-                    await self._finalize(job, "marker")
+                    await self._request_finalize(job, "marker")
                 elif idle > 0 and now - job.last_change >= idle:
-                    await self._finalize(job, "idle")
+                    await self._request_finalize(job, "idle")
             if self.exit_when_finalized and self.jobs and all(
                     j.journal.state.finalized and self._idle(j) for j in self.jobs.values()):
                 log.info("all_jobs_finalized_exiting", jobs=len(self.jobs))

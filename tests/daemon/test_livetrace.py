@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -121,3 +122,34 @@ def test_summaries_after_recovery_equal_an_uninterrupted_run(tmp_path: Path) -> 
     for name in ("summary.jsonl", "summary.json", "job.prv", "job.pcf", "job.row"):
         assert (job / "prvstream" / name).read_bytes() == \
             (plain_job / "prvstream" / name).read_bytes(), name
+
+
+def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> None:
+    """A report that breaks while streaming (and the origin it would have set) is undone."""
+    import sqlite3
+
+    from prvstream.sinks.errors import NotAnExport
+
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=2))
+    job, trace = _job(tmp_path)
+    _append(trace, job, sources[0])
+    before = {p.name: p.read_bytes() for p in (job / "prvstream").iterdir() if p.is_file()}
+    state_before = msgspec.json.encode(trace.journal.state.numbering)
+    hostile = job / "rank0001.sqlite"
+    shutil.copy(sources[1], hostile)
+    con = sqlite3.connect(hostile)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x' "
+                "WHERE rowid IN (SELECT rowid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                "ORDER BY start DESC LIMIT 5)")
+    con.commit()
+    con.close()
+    with pytest.raises(NotAnExport, match=r"rank0001\.sqlite"):
+        trace.append(hostile, report_identity(hostile))
+    after = {p.name: p.read_bytes() for p in (job / "prvstream").iterdir() if p.is_file()}
+    assert after == before
+    assert len(trace.journal.state.reports) == 1
+    assert msgspec.json.encode(trace.journal.state.numbering) == state_before
+    hostile.unlink()
+    _append(trace, job, sources[1])  # the job goes on
+    trace.finalize()
+    _same_as_convert(job, tmp_path, trace)

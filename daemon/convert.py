@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +22,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.discover import scan_once
 from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
 from prvstream.daemon.merge import Stream, merge_bounded
 from prvstream.daemon.numbering import Numbering
@@ -35,6 +34,7 @@ from prvstream.daemon.pipeline import (
     report_context,
     report_stream,
 )
+from prvstream.daemon.readiness import export_with_nsys
 from prvstream.daemon.records import memop_labels, mpi_type, nvtx_type
 from prvstream.daemon.spool import ReportSpool
 from prvstream.sinks import paraver as pv
@@ -80,35 +80,28 @@ class ConvertResult:
     origin: int = 0
 
 
-def _nsys_export(rep: Path) -> Path:
-    """Export a .nsys-rep beside it with nsys, or explain what to do."""
+def _exported(rep: Path) -> Path:
+    """The ``.sqlite`` of a ``.nsys-rep``: beside it already, or exported with nsys."""
     target = rep.with_suffix(".sqlite")
-    if target.exists():
-        return target
-    nsys = shutil.which("nsys")
-    if nsys is None:
-        raise NotAnExport(
-            f"{rep}: .nsys-rep files need `nsys export --type sqlite`; install Nsight Systems "
-            "(nsys on PATH) or export it yourself and pass the .sqlite"
-        )
-    tmp = target.with_name(f".{target.name}.tmp")
-    subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-                    "--output", str(tmp), str(rep)], check=True, capture_output=True,
-                   timeout=3600)
-    os.replace(tmp, target)
-    return target
+    return target if target.exists() else export_with_nsys(rep, target)
 
 
 def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Files, directories (every export inside, outputs excluded) and .nsys-rep files."""
+    """Files, directories (every export inside, by the daemon's discovery rules: outputs,
+    hidden and temporary files excluded) and .nsys-rep files."""
     found: list[Path] = []
     failed: list[tuple[str, str]] = []
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
-            hits = sorted(p for p in path.rglob("*.sqlite")
-                          if "prvstream" not in p.relative_to(path).parts[:-1]
-                          and not p.name.startswith("."))
+            hits = []
+            for cand in scan_once([path]):
+                if cand.kind == "done":  # a job-end marker, not an export
+                    continue
+                try:
+                    hits.append(_exported(cand.path) if cand.kind == "nsys-rep" else cand.path)
+                except PrvstreamError as exc:
+                    failed.append((str(cand.path), str(exc)))
             if not hits:
                 failed.append((raw, "directory holds no .sqlite export"))
             found.extend(hits)
@@ -116,8 +109,8 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
             failed.append((raw, "no such file"))
         elif path.suffix == ".nsys-rep":
             try:
-                found.append(_nsys_export(path))
-            except (PrvstreamError, subprocess.SubprocessError) as exc:
+                found.append(_exported(path))
+            except PrvstreamError as exc:
                 failed.append((raw, str(exc)))
         else:
             found.append(path)

@@ -62,6 +62,8 @@ class Numbering:
         self.values = self.state.values
         self._task_index: dict[tuple[str, int], int] = {}
         self._value_index: dict[str, dict[str, int]] = {}
+        #: task id -> thread key -> thread id (built on first use per task)
+        self._thread_index: dict[int, dict[ThreadKey, int]] = {}
         self.reindex()
 
     def reindex(self) -> None:
@@ -90,18 +92,19 @@ class Numbering:
 
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int:
         """Thread id of ``key`` within a task, added at the end if new."""
+        index = self._thread_index.get(task_id)
         entry = self.tasks[task_id - 1]
-        tkey = tuple(key)
-        for i, existing in enumerate(entry.thread_keys):
-            if tuple(existing) == tkey:
-                return i + 1
+        if index is None:
+            index = self._thread_index[task_id] = {
+                (k[0], k[1], k[2]): i + 1 for i, k in enumerate(entry.thread_keys)}
+        tkey = (key[0], key[1], key[2])
+        found = index.get(tkey)
+        if found is not None:
+            return found
         entry.thread_keys.append(key)
         entry.thread_names.append(name)
-        return len(entry.thread_keys)
-
-    def thread_map(self, task_id: int) -> dict[ThreadKey, int]:
-        entry = self.tasks[task_id - 1]
-        return {tuple(k): i + 1 for i, k in enumerate(entry.thread_keys)}  # type: ignore[misc]
+        index[tkey] = len(entry.thread_keys)
+        return index[tkey]
 
     # -- values ----------------------------------------------------------------------------
     def value(self, group: str, label: str) -> int:

@@ -484,7 +484,8 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
         k = 0 if d == 0 else ctx.numbering.value(
             "nvtx_domain", ctx.nvtx_domain_names.get(d, f"domain {d}"))
         dom_type[d] = nvtx_type(k)
-    etype = np.array([dom_type[d] for d in domains.tolist()], dtype=np.int64)
+    uniq_domains, dom_inverse = np.unique(domains, return_inverse=True)
+    etype = np.array([dom_type[d] for d in uniq_domains.tolist()], dtype=np.int64)[dom_inverse]
     etype = np.where(etype_col == NVTX_START_END, pv.EV_NVTX_STARTEND, etype)
     etype = np.where(etype_col == NVTX_MARK, pv.EV_NVTX_MARK, etype)
     # value restored at each range's end: the innermost enclosing push/pop range still open
@@ -524,8 +525,9 @@ def convert_nvtx(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
             phases = np.empty(len(sel), dtype=PHASE_DTYPE)
             phases["start"] = start[sel]
             phases["end"] = end[sel]
-            procs = [ctx.process_index.get(g & ~0xFFFFFF, 0) for g in chunk["gtid"][sel].tolist()]
-            phases["process"] = procs
+            gpids, pinv = np.unique(chunk["gtid"][sel] & ~0xFFFFFF, return_inverse=True)
+            procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()])
+            phases["process"] = procs[pinv]
             phases["name"] = [ctx.phase_id(labels[j]) for j in inverse[sel].tolist()]
     return ChunkResult(RecordBatch.concat(parts), phases=phases, rows=len(chunk))
 
@@ -534,14 +536,13 @@ def convert_gpu_metrics(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     """GPU metric samples: event 9400 + metricId with the sampled value, on a thread of the
     GPU's owning process (the one with activity on that device)."""
     start = chunk["start"] + ctx.offset
-    tasks = np.empty(len(chunk), dtype=np.int64)
-    threads = np.empty(len(chunk), dtype=np.int64)
     gpus, inverse = np.unique(chunk["gpu"], return_inverse=True)
+    task_u = np.empty(len(gpus), dtype=np.int64)
+    thread_u = np.empty(len(gpus), dtype=np.int64)
     for i, gpu in enumerate(gpus.tolist()):
-        task = ctx.task_of(ctx.metric_owner.get(gpu, next(iter(ctx.process_index), 0)))
-        thread = ctx.numbering.thread(task, metrics_key(gpu), metrics_name(gpu))
-        tasks[inverse == i] = task
-        threads[inverse == i] = thread
+        task_u[i] = ctx.task_of(ctx.metric_owner.get(gpu, next(iter(ctx.process_index), 0)))
+        thread_u[i] = ctx.numbering.thread(int(task_u[i]), metrics_key(gpu), metrics_name(gpu))
+    tasks, threads = task_u[inverse], thread_u[inverse]
     metrics, minv = np.unique(chunk["metric"], return_inverse=True)
     for m in metrics.tolist():  # publish the metric's label for the .pcf
         ctx.numbering.value("gpu_metric", ctx.label("gpu_metric", m))

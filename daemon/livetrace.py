@@ -22,7 +22,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.convert import event_types, track_thread_last, write_trace
+from prvstream.daemon.convert import ConvertResult, event_types, track_thread_last, write_trace
 from prvstream.daemon.journal import JobJournal, JournalState, OutputDir, ReportEntry, ThreadTime
 from prvstream.daemon.numbering import Numbering, NumberingState
 from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
@@ -401,12 +401,16 @@ class LiveTrace:
             if int(keys["time"][i]) < self.thread_last.get(obj, -1):
                 raise _OrderBroken(obj)
 
-    def _rebuild(self, extra: PreparedReport | None, origin: int,
-                 spool: ReportSpool | None = None) -> tuple[Counter[str], int]:
-        """Rewrite the whole live trace, globally sorted, from the committed reports' sources
-        (plus ``extra``), keeping every published id; the origin may move earlier."""
+    def _rewrite(self, numbering: Numbering | None, origin: int | None,
+                 extra: PreparedReport | None = None, spool: ReportSpool | None = None,
+                 ) -> ConvertResult:
+        """Write the whole trace anew, globally sorted, from the committed reports' sources
+        (plus ``extra``) and rename it into place; the journal's offsets follow, its commit
+        is the caller's. ``numbering=None`` renumbers canonically (finalize)."""
         state = self.journal.state
         reports: list[PreparedReport] = []
+        thread_last: dict[tuple[int, int], int] = {}
+        tmp_out = self.prv.with_name(f".{self.name}.rewrite")
         try:
             for entry in state.reports:
                 try:
@@ -418,13 +422,11 @@ class LiveTrace:
                         "moving the job's journal aside") from exc
             if extra is not None:
                 reports.append(extra)
-            thread_last: dict[tuple[int, int], int] = {}
             spools = {extra.path: spool} if extra is not None and spool is not None else {}
-            tmp_out = self.prv.with_name(f".{self.name}.rebuild")
-            state.origin_wall_ns = origin
             result = write_trace(
-                reports, tmp_out, self.settings, numbering=self.numbering, origin=origin,
-                sink_for=lambda r: spools.get(r.path), header_capacity=state.header_capacity,
+                reports, tmp_out, self.settings, numbering=numbering, origin=origin,
+                sink_for=lambda r: spools.get(r.path),
+                header_capacity=state.header_capacity if numbering is not None else 0,
                 thread_last=thread_last,
             )
         finally:
@@ -433,20 +435,30 @@ class LiveTrace:
                     rep.close()
         tmp_prv = Path(str(tmp_out) + ".prv")
         header_len = _header_length(tmp_prv)
-        state.header_capacity = header_len
+        if numbering is None:  # canonical ids: its .pcf/.row replace the live ones
+            os.replace(Path(str(tmp_out) + ".pcf"), self.pcf)
+            os.replace(Path(str(tmp_out) + ".row"), self.row)
+        else:  # live ids: .pcf/.row follow from the numbering
+            for ext in (".pcf", ".row"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(str(tmp_out) + ext).unlink()
         os.replace(tmp_prv, self.prv)
-        for ext in (".pcf", ".row"):
-            with contextlib.suppress(FileNotFoundError):
-                Path(str(tmp_out) + ext).unlink()
         fsync_dir(self.prv.parent)
-        length = self.prv.stat().st_size
-        state.prv_length = length
+        state.origin_wall_ns = result.origin
+        state.header_capacity = header_len
+        state.prv_length = self.prv.stat().st_size
         state.extra["end_time"] = result.end_time
         for entry in state.reports:
-            entry.block_start, entry.block_end = header_len, length
+            entry.block_start, entry.block_end = header_len, state.prv_length
         self.thread_last = dict(thread_last)
         self._block_threads = dict(thread_last)
-        self._last_block = (header_len, length)
+        self._last_block = (header_len, state.prv_length)
+        return result
+
+    def _rebuild(self, extra: PreparedReport | None, origin: int,
+                 spool: ReportSpool | None = None) -> tuple[Counter[str], int]:
+        """Rewrite the live trace keeping every published id; the origin may move earlier."""
+        result = self._rewrite(self.numbering, origin, extra, spool)
         self._publish_metadata()
         return result.rows, result.records
 
@@ -457,33 +469,10 @@ class LiveTrace:
         if not state.reports:
             log.info("finalize_nothing", job=state.job_dir)
             return
-        reports: list[PreparedReport] = []
-        try:
-            for entry in state.reports:
-                reports.append(prepare(Path(entry.path), self.settings.kinds or None))
-            thread_last: dict[tuple[int, int], int] = {}
-            tmp_out = self.prv.with_name(f".{self.name}.final")
-            result = write_trace(reports, tmp_out, self.settings, thread_last=thread_last)
-        finally:
-            for rep in reports:
-                rep.close()
-        canonical = result.numbering
-        tmp_prv = Path(str(tmp_out) + ".prv")
-        header_len = _header_length(tmp_prv)
-        os.replace(Path(str(tmp_out) + ".pcf"), self.pcf)
-        os.replace(Path(str(tmp_out) + ".row"), self.row)
-        os.replace(tmp_prv, self.prv)
-        fsync_dir(self.prv.parent)
-        assert canonical is not None
-        state.numbering = canonical.state
-        self.numbering = canonical
-        state.origin_wall_ns = result.origin
-        state.header_capacity = header_len
-        state.prv_length = self.prv.stat().st_size
-        state.extra["end_time"] = result.end_time
-        for entry in state.reports:
-            entry.block_start, entry.block_end = header_len, state.prv_length
-        self.thread_last = dict(thread_last)
+        result = self._rewrite(None, None)
+        assert result.numbering is not None
+        state.numbering = result.numbering.state
+        self.numbering = result.numbering
         state.finalized = True
         self._remember_prv()
         self.journal.commit()

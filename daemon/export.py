@@ -37,6 +37,7 @@ __all__ = [
     "open_export",
     "pid_of",
     "process_of",
+    "quote_identifier",
     "ro_uri",
     "tid_of",
     "wrap_i4",
@@ -606,9 +607,12 @@ def wrap_i4(expr: str) -> str:
     return f"((({expr}) + 2147483648) & 4294967295) - 2147483648"
 
 
-def _q(name: str) -> str:
+def quote_identifier(name: str) -> str:
     """Quote an SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+_q = quote_identifier
 
 
 class _Planner:

@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 import structlog
 
-from prvstream.daemon.export import Export, KindSource, wrap_i4
+from prvstream.daemon.export import Export, KindSource, quote_identifier, wrap_i4
 from prvstream.sinks.errors import NotAnExport
 
 __all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
@@ -95,10 +95,6 @@ _COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
 _DEFAULTS: Final[dict[tuple[str, str], str]] = {("nvtx", "domain"): "0"}
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _select_one(export: Export, kind: str, src: KindSource) -> str:
     t = src.table
     exprs: list[str] = []
@@ -107,14 +103,14 @@ def _select_one(export: Export, kind: str, src: KindSource) -> str:
         if kind == "graph" and field == "name" and not export.has(t, "nameId"):
             col = "graphId"  # graph rows without a name column carry their graph id
         if field == "start":
-            expr = _q(src.start)
+            expr = quote_identifier(src.start)
         elif kind == "gpu_metrics" and field == "gpu":
             expr = "(COALESCE(typeId, -1) & 255)" if export.has(t, col) else default
         elif kind == "gpu_metrics" and field == "value":
             expr = ("CAST(COALESCE(value, -1) AS INTEGER)" if export.has(t, col)
                     else default)
         elif export.has(t, col):
-            expr = f"COALESCE({_q(col)}, {default})"
+            expr = f"COALESCE({quote_identifier(col)}, {default})"
         else:
             expr = default
         if DTYPES[kind][field] == np.dtype(_I4) and expr != default:
@@ -128,7 +124,7 @@ def _select_one(export: Export, kind: str, src: KindSource) -> str:
             inline = "NULL"
         exprs.append(f"{inline} AS inline_text")
     where = f" WHERE {src.where}" if src.where else ""
-    return f"SELECT {', '.join(exprs)} FROM {_q(t)}{where}"
+    return f"SELECT {', '.join(exprs)} FROM {quote_identifier(t)}{where}"
 
 
 def select_sql(export: Export, kind: str) -> str | None:

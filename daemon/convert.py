@@ -51,6 +51,7 @@ __all__ = [
     "event_types",
     "expand_inputs",
     "run",
+    "thread_spans",
     "track_thread_last",
     "write_trace",
 ]
@@ -283,14 +284,23 @@ def write_trace(
     return result
 
 
-def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int]) -> None:
-    """Fold a sorted batch's last time per (task, thread) into ``last``."""
+def thread_spans(keys: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
+    """((task, thread), first time, last time) of every object in a time-sorted batch."""
     code = keys["task"].astype(np.int64) << 32 | keys["thread"].astype(np.int64)
-    # the batch is sorted by time, so the last occurrence of each object holds its latest time
-    rev_codes, rev_index = np.unique(code[::-1], return_index=True)
-    times = keys["time"][::-1][rev_index]
-    for c, t in zip(rev_codes.tolist(), times.tolist(), strict=True):
-        obj = (c >> 32, c & 0xFFFFFFFF)
+    order = np.argsort(code, kind="stable")  # stable: time order kept within each object
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    starts = np.concatenate(([0], cuts)) if len(order) else cuts
+    ends = np.concatenate((cuts, [len(order)])) if len(order) else cuts
+    times = keys["time"]
+    return [((c >> 32, c & 0xFFFFFFFF), f, t) for c, f, t in zip(
+        code[order[starts]].tolist(), times[order[starts]].tolist(),
+        times[order[ends - 1]].tolist(), strict=True)]
+
+
+def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int],
+                      spans: list[tuple[tuple[int, int], int, int]] | None = None) -> None:
+    """Fold a sorted batch's last time per (task, thread) into ``last``."""
+    for obj, _, t in thread_spans(keys) if spans is None else spans:
         if t > last.get(obj, -1):
             last[obj] = t
 

@@ -18,11 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.convert import ConvertResult, event_types, track_thread_last, write_trace
+from prvstream.daemon.convert import (
+    ConvertResult,
+    event_types,
+    thread_spans,
+    track_thread_last,
+    write_trace,
+)
 from prvstream.daemon.journal import JobJournal, JournalState, OutputDir, ReportEntry, ThreadTime
 from prvstream.daemon.numbering import Numbering, NumberingState
 from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
@@ -362,11 +367,12 @@ class LiveTrace:
                         raise AppendInterrupted(rep.path.name)
                     if not len(batch):
                         continue
-                    self._check_order(batch.keys, checked)
+                    spans = thread_spans(batch.keys)
+                    self._check_order(spans, checked)
                     fh.write(batch.text())
                     records += len(batch)
                     end_time = max(end_time, int(batch.keys["time"].max()))
-                    track_thread_last(batch.keys, block_threads)
+                    track_thread_last(batch.keys, block_threads, spans)
                 fh.flush()
                 os.fsync(fh.fileno())
                 length = fh.tell()
@@ -389,16 +395,14 @@ class LiveTrace:
         self.journal.state.numbering = saved
         self.numbering = Numbering(saved)
 
-    def _check_order(self, keys: np.ndarray, checked: set[tuple[int, int]]) -> None:
+    def _check_order(self, spans: list[tuple[tuple[int, int], int, int]],
+                     checked: set[tuple[int, int]]) -> None:
         """The first record of each thread in this block must not precede its earlier ones."""
-        code = keys["task"].astype(np.int64) << 32 | keys["thread"].astype(np.int64)
-        codes, first = np.unique(code, return_index=True)
-        for c, i in zip(codes.tolist(), first.tolist(), strict=True):
-            obj = (c >> 32, c & 0xFFFFFFFF)
+        for obj, first, _ in spans:
             if obj in checked:
                 continue
             checked.add(obj)
-            if int(keys["time"][i]) < self.thread_last.get(obj, -1):
+            if first < self.thread_last.get(obj, -1):
                 raise _OrderBroken(obj)
 
     def _rewrite(self, numbering: Numbering | None, origin: int | None,

@@ -31,7 +31,14 @@ from prvstream.daemon.records import (
     stream_name,
 )
 from prvstream.sinks import paraver as pv
-from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, DeviceInfo, ProcessInfo, ReportInfo
+from prvstream.sinks.base import (
+    ACTIVITY_DTYPE,
+    PHASE_DTYPE,
+    DeviceInfo,
+    ProcessInfo,
+    ReportInfo,
+    feed_interleaved,
+)
 from prvstream.sinks.base import Sink as SinkProtocol
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 
@@ -292,20 +299,7 @@ class ActivityRouter:
             return
         phases, self._phases = self._split(self._phases, PHASE_DTYPE, horizon)
         activity, self._activity = self._split(self._activity, ACTIVITY_DTYPE, horizon)
-        if not len(phases):
-            if len(activity):
-                self.sink.add_activity(activity)
-            return
-        # interleave: activity up to each phase's start, then the phase(s) starting there
-        cuts = np.searchsorted(activity["start"], phases["start"], side="left")
-        done = 0
-        for p, cut in enumerate(cuts.tolist()):
-            if cut > done:
-                self.sink.add_activity(activity[done:cut])
-                done = cut
-            self.sink.add_phases(phases[p : p + 1])
-        if done < len(activity):
-            self.sink.add_activity(activity[done:])
+        feed_interleaved(self.sink, activity, phases)
 
 
 _COMM_SQL = """

@@ -22,6 +22,7 @@ __all__ = [
     "ReportInfo",
     "Sink",
     "Timestamp",
+    "feed_interleaved",
 ]
 
 #: integer nanoseconds relative to the trace origin
@@ -100,3 +101,26 @@ class Sink(Protocol):
     def add_phases(self, batch: np.ndarray) -> None: ...
 
     def end_report(self) -> None: ...
+
+
+def feed_interleaved(sink: Sink, activity: np.ndarray, phases: np.ndarray | None,
+                     chunk_rows: int = 0) -> None:
+    """Feed start-sorted activity and phases in the order the ``Sink`` protocol asks: the
+    activity before each phase's start, then that phase (``chunk_rows`` > 0 bounds the size
+    of each activity batch)."""
+    step = chunk_rows if chunk_rows > 0 else max(len(activity), 1)
+
+    def upto(lo: int, hi: int) -> int:
+        while lo < hi:
+            sink.add_activity(activity[lo:min(hi, lo + step)])
+            lo = min(hi, lo + step)
+        return lo
+
+    done = 0
+    if phases is not None and len(phases):
+        starts = np.ascontiguousarray(activity["start"])  # a field view is strided
+        cuts = np.searchsorted(starts, phases["start"], side="left")
+        for p, cut in enumerate(cuts.tolist()):
+            done = upto(done, cut)
+            sink.add_phases(phases[p : p + 1])
+    upto(done, len(activity))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.base import ReportInfo, feed_interleaved
 from prvstream.sinks.summary import (
     SCHEMA_VERSION,
     DeviceRow,
@@ -532,17 +532,6 @@ def feed_report(model: EfficiencyModel, info: ReportInfo, activity: np.ndarray,
     """Drive one report through ``model``: sort, chunk, interleave phases, end the report."""
     act = activity[np.argsort(activity["start"], kind="stable")]
     ph = phases[np.argsort(phases["start"], kind="stable")] if phases is not None else None
-    starts = np.ascontiguousarray(act["start"])  # a field view is strided: copy once
     model.begin_report(info)
-    pos = 0
-    for i in range(0 if ph is None else len(ph)):
-        assert ph is not None
-        cut = int(np.searchsorted(starts, ph["start"][i], "left"))
-        while pos < cut:
-            model.add_activity(act[pos:min(cut, pos + chunk_rows)])
-            pos = min(cut, pos + chunk_rows)
-        model.add_phases(ph[i:i + 1])
-    while pos < len(act):
-        model.add_activity(act[pos:pos + chunk_rows])
-        pos += chunk_rows
+    feed_interleaved(model, act, ph, chunk_rows)
     model.end_report()

@@ -30,6 +30,7 @@ from prvstream.daemon.records import (
     metrics_name,
     stream_name,
 )
+from prvstream.daemon.rowfill import rows_to_array
 from prvstream.sinks import paraver as pv
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
@@ -337,7 +338,7 @@ def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> S
     try:
         cur.execute(sql)
         while rows := cur.fetchmany(chunk_rows):
-            chunk = np.array(rows, dtype=_COMM_DTYPE)
+            chunk = rows_to_array(rows, _COMM_DTYPE)
             send = chunk["start"] + ctx.offset
             recv = chunk["recv"] + ctx.offset
             s_task, s_thread = ctx.cpu_objects(chunk["gtid"])

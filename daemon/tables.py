@@ -15,6 +15,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.export import Export, KindSource, quote_identifier, wrap_i4
+from prvstream.daemon.rowfill import rows_to_array
 from prvstream.sinks.errors import NotAnExport
 
 __all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
@@ -173,7 +174,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
                 break
             try:
                 chunk = (_nvtx_chunk(export, rows, dtype) if kind == "nvtx"
-                         else np.array(rows, dtype=dtype))
+                         else rows_to_array(rows, dtype))
             except (ValueError, TypeError, OverflowError) as exc:
                 raise NotAnExport(
                     f"{export.path}: the {kind} rows hold a value that is not an integer "
@@ -187,16 +188,12 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
 
 def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype) -> np.ndarray:
     """Convert NVTX rows; the trailing inline text becomes a negative interned id."""
-    tmp = np.array(rows, dtype=np.dtype([*((n, dtype[n]) for n in dtype.names or ()),
-                                         ("inline_text", object)]))
-    out = np.empty(len(rows), dtype=dtype)
-    for name in dtype.names or ():
-        out[name] = tmp[name]
-    texts = tmp["inline_text"]
-    idx = np.flatnonzero(texts != None)  # noqa: E711 (element-wise comparison)
-    if idx.size:
+    out = rows_to_array(rows, dtype)
+    inline = [(i, row[-1]) for i, row in enumerate(rows) if row[-1] is not None]
+    if inline:
         ids = export.inline_ids()
-        out["text"][idx] = [ids.get(t) or export.intern_inline(t) for t in texts[idx]]
+        out["text"][[i for i, _ in inline]] = [ids.get(t) or export.intern_inline(str(t))
+                                               for _, t in inline]
     return out
 
 

@@ -1,0 +1,63 @@
+"""rowfill: the C filler and numpy's conversion give the same arrays; bad values are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon import rowfill
+from prvstream.daemon.tables import DTYPES
+
+needs_c = pytest.mark.skipif(not rowfill.compiled(),
+                             reason="the C row filler was not built (no compiler at install)")
+
+_I8 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_I4 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+
+
+def _row_strategy(dtype: np.dtype) -> st.SearchStrategy[tuple[int, ...]]:
+    fields = dtype.fields or {}
+    return st.tuples(*(_I8 if fields[n][0].itemsize == 8 else _I4 for n in dtype.names or ()))
+
+
+@pytest.mark.parametrize("kind", ["kernel", "runtime", "memcpy", "gpu_metrics"])
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_c_and_numpy_give_the_same_array(kind: str, data: st.DataObject) -> None:
+    dtype = DTYPES[kind]
+    rows = data.draw(st.lists(_row_strategy(dtype), max_size=50))
+    c = rowfill.rows_to_array(rows, dtype)
+    py = rowfill.rows_to_array(rows, dtype, pure=True)
+    assert c.dtype == py.dtype == dtype
+    assert c.tobytes() == py.tobytes()
+    assert [tuple(int(x) for x in r) for r in c.tolist()] == rows
+
+
+def test_trailing_values_are_ignored() -> None:
+    dtype = np.dtype([("a", "<i8"), ("b", "<i4")])
+    rows = [(1, 2, "text"), (3, 4, None)]
+    for pure in (False, True):
+        out = rowfill.rows_to_array(rows, dtype, pure=pure)
+        assert out.tolist() == [(1, 2), (3, 4)]
+
+
+@needs_c
+def test_non_integer_and_out_of_range_values_are_refused() -> None:
+    dtype = np.dtype([("a", "<i8"), ("b", "<i4")])
+    with pytest.raises(TypeError, match="row 1 column 0 holds a str"):
+        rowfill.rows_to_array([(1, 2), ("x", 2)], dtype)
+    with pytest.raises(TypeError, match="float"):
+        rowfill.rows_to_array([(1, 2.5)], dtype)
+    with pytest.raises(OverflowError, match="row 0 column 1"):
+        rowfill.rows_to_array([(1, 2**31)], dtype)
+    with pytest.raises(OverflowError):
+        rowfill.rows_to_array([(2**63, 1)], dtype)
+    with pytest.raises(TypeError, match="not a tuple of 2"):
+        rowfill.rows_to_array([(1,)], dtype)
+
+
+def test_only_integer_fields() -> None:
+    with pytest.raises(ValueError, match="not a little-endian int32/64"):
+        rowfill.rows_to_array([(1.0,)], np.dtype([("a", "<f8")]))

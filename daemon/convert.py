@@ -24,7 +24,7 @@ import structlog
 from prvstream.daemon.config import Settings
 from prvstream.daemon.discover import scan_once
 from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
-from prvstream.daemon.merge import Stream, merge_bounded
+from prvstream.daemon.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.numbering import Numbering
 from prvstream.daemon.pipeline import (
     PreparedReport,
@@ -255,7 +255,7 @@ def write_trace(
                     continue
                 fh.write(batch.text())
                 records += len(batch)
-                end_time = max(end_time, int(batch.keys["time"].max()))
+                end_time = max(end_time, int(batch.keys[:, KEY_TIME].max()))
                 if thread_last is not None:
                     track_thread_last(batch.keys, thread_last)
                 if progress is not None:
@@ -286,12 +286,13 @@ def write_trace(
 
 def thread_spans(keys: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
     """((task, thread), first time, last time) of every object in a time-sorted batch."""
-    code = keys["task"].astype(np.int64) << 32 | keys["thread"].astype(np.int64)
+    task, thread = key_objects(keys)
+    code = task << 32 | thread
     order = np.argsort(code, kind="stable")  # stable: time order kept within each object
     cuts = np.flatnonzero(np.diff(code[order])) + 1
     starts = np.concatenate(([0], cuts)) if len(order) else cuts
     ends = np.concatenate((cuts, [len(order)])) if len(order) else cuts
-    times = keys["time"]
+    times = keys[:, KEY_TIME]
     return [((c >> 32, c & 0xFFFFFFFF), f, t) for c, f, t in zip(
         code[order[starts]].tolist(), times[order[starts]].tolist(),
         times[order[ends - 1]].tolist(), strict=True)]

@@ -29,6 +29,7 @@ from prvstream.daemon.convert import (
     write_trace,
 )
 from prvstream.daemon.journal import JobJournal, JournalState, OutputDir, ReportEntry, ThreadTime
+from prvstream.daemon.merge import KEY_TIME
 from prvstream.daemon.numbering import Numbering, NumberingState
 from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
 from prvstream.daemon.readiness import ReportIdentity
@@ -371,7 +372,7 @@ class LiveTrace:
                     self._check_order(spans, checked)
                     fh.write(batch.text())
                     records += len(batch)
-                    end_time = max(end_time, int(batch.keys["time"].max()))
+                    end_time = max(end_time, int(batch.keys[:, KEY_TIME].max()))
                     track_thread_last(batch.keys, block_threads, spans)
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -26,12 +26,16 @@ import structlog
 from prvstream.daemon.fastfmt import WIDTH, format_records
 
 __all__ = [
-    "KEY_DTYPE",
+    "KEY_OBJECT",
+    "KEY_ORDER",
+    "KEY_TIME",
     "PRIO_BEGIN",
     "PRIO_END",
     "PRIO_END_AFTER_BEGIN",
     "RecordBatch",
     "Stream",
+    "key_objects",
+    "make_keys",
     "merge",
     "merge_bounded",
     "sort_batch",
@@ -39,28 +43,43 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-#: Sort key of one record. Order: time, then ``prio`` (ends before begins at one instant, and
-#: the end of a zero-length interval after its own begin), then the object (task, thread), then
-#: ``rank`` (record type and data kind), then the report's canonical index, then ``seq`` (the
-#: record's position in its report's stream). Every field is derived from the data alone, so
-#: the order never depends on arrival order.
-KEY_DTYPE = np.dtype(
-    [
-        ("time", "<i8"),
-        ("prio", "u1"),
-        ("task", "<i4"),
-        ("thread", "<i4"),
-        ("rank", "<i2"),
-        ("report", "<i4"),
-        ("seq", "<i8"),
-    ]
-)
+#: Sort keys are (n, 3) int64 rows: time, object, order. Order: time, then ``prio`` (ends
+#: before begins at one instant, and the end of a zero-length interval after its own begin),
+#: then the object (task, thread), then ``rank`` (record type and data kind), then the report's
+#: canonical index, then ``seq`` (the record's position in its report's stream). Every field is
+#: derived from the data alone, so the order never depends on arrival order. The object column
+#: packs prio (5 bits), task (21), thread (21) and rank (16); the order column packs the report
+#: (23 bits) and seq (40).
+KEY_TIME, KEY_OBJECT, KEY_ORDER = 0, 1, 2
 
 PRIO_END = 0
 PRIO_BEGIN = 1
 PRIO_END_AFTER_BEGIN = 2
 
-_EMPTY_KEYS = np.empty(0, dtype=KEY_DTYPE)
+_TASK_SHIFT, _THREAD_SHIFT, _PRIO_SHIFT, _REPORT_SHIFT = 37, 16, 58, 40
+_ID_MASK = (1 << 21) - 1
+
+
+def make_keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray | int,
+              thread: np.ndarray | int, rank: int, report: int,
+              seq: np.ndarray) -> np.ndarray:
+    """Sort keys of records from their parts (arrays or scalars, broadcast to ``time``)."""
+    keys = np.empty((len(time), 3), dtype=np.int64)
+    keys[:, KEY_TIME] = time
+    keys[:, KEY_OBJECT] = ((np.asarray(prio, np.int64) << _PRIO_SHIFT)
+                           | (np.asarray(task, np.int64) << _TASK_SHIFT)
+                           | (np.asarray(thread, np.int64) << _THREAD_SHIFT) | int(rank))
+    keys[:, KEY_ORDER] = (int(report) << _REPORT_SHIFT) | np.asarray(seq, np.int64)
+    return keys
+
+
+def key_objects(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (task, thread) arrays of ``keys``."""
+    obj = keys[:, KEY_OBJECT]
+    return (obj >> _TASK_SHIFT) & _ID_MASK, (obj >> _THREAD_SHIFT) & _ID_MASK
+
+
+_EMPTY_KEYS = np.empty((0, 3), dtype=np.int64)
 _EMPTY_FIELDS = np.empty((0, WIDTH), dtype=np.int64)
 _EMPTY_TMPL = np.empty(0, dtype=np.int16)
 
@@ -116,11 +135,22 @@ _DONE = np.iinfo(np.int64).max
 
 
 def _sort_order(keys: np.ndarray) -> np.ndarray:
-    """Stable order of ``keys`` by the full key, on three packed integer columns."""
-    obj = (keys["prio"].astype(np.int64) << 58) | (keys["task"].astype(np.int64) << 37) \
-        | (keys["thread"].astype(np.int64) << 16) | keys["rank"].astype(np.int64)
-    seq = (keys["report"].astype(np.int64) << 40) | keys["seq"]
-    return np.lexsort((seq, obj, keys["time"]))
+    """Order of ``keys`` by the full key: by time (stable, cheap on presorted runs), then the
+    records that share a time with another are put in full-key order among themselves."""
+    time = keys[:, KEY_TIME]
+    order = np.argsort(time, kind="stable")
+    ordered = time[order]
+    tie = ordered[1:] == ordered[:-1]
+    if tie.any():
+        tied = np.zeros(len(order), dtype=bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        where = np.flatnonzero(tied)
+        sub = order[where]
+        sub_keys = keys[sub]
+        order[where] = sub[np.lexsort((sub_keys[:, KEY_ORDER], sub_keys[:, KEY_OBJECT],
+                                       sub_keys[:, KEY_TIME]))]
+    return order
 
 
 def sort_batch(batch: RecordBatch) -> RecordBatch:
@@ -159,7 +189,7 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
         else:
             if len(batch):
                 order = _sort_order(batch.keys)
-                pool.append((batch, order, batch.keys["time"][order]))
+                pool.append((batch, order, batch.keys[order, KEY_TIME]))
             heapq.heappush(heap, (watermark, index, stream))
         horizon = heap[0][0] if heap else _DONE
         if horizon == np.iinfo(np.int64).min or not pool:
@@ -206,7 +236,7 @@ def _pieces(batch: RecordBatch, watermark: int, size: int) -> Iterator[tuple[Rec
     if len(batch) <= size:
         yield batch, watermark
         return
-    times = batch.keys["time"]
+    times = batch.keys[:, KEY_TIME]
     for lo in range(0, len(batch), size):
         hi = min(lo + size, len(batch))
         mark = int(times[hi]) if hi < len(batch) else watermark

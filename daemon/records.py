@@ -20,11 +20,11 @@ import structlog
 from prvstream.daemon.export import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Export
 from prvstream.daemon.fastfmt import WIDTH, template
 from prvstream.daemon.merge import (
-    KEY_DTYPE,
     PRIO_BEGIN,
     PRIO_END,
     PRIO_END_AFTER_BEGIN,
     RecordBatch,
+    make_keys,
 )
 from prvstream.daemon.numbering import Numbering, cpu_key, gpu_key
 from prvstream.sinks import paraver as pv
@@ -242,15 +242,7 @@ def metrics_name(gpu: int) -> str:
 
 def _keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray, thread: np.ndarray,
           rank: int, report: int, seq: np.ndarray) -> np.ndarray:
-    keys = np.empty(len(time), dtype=KEY_DTYPE)
-    keys["time"] = time
-    keys["prio"] = prio
-    keys["task"] = task
-    keys["thread"] = thread
-    keys["rank"] = rank
-    keys["report"] = report
-    keys["seq"] = seq
-    return keys
+    return make_keys(time, prio, task, thread, rank, report, seq)
 
 
 @dataclass(slots=True)

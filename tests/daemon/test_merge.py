@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from prvstream.daemon.fastfmt import WIDTH, format_records, template
 from prvstream.daemon.merge import (
-    KEY_DTYPE,
     PRIO_BEGIN,
     PRIO_END,
     RecordBatch,
     merge,
+    make_keys,
     merge_bounded,
     sort_batch,
 )
@@ -26,6 +26,12 @@ _INTERVALS = st.lists(
 _TMPL = template("%d")
 
 
+def _keys(rows: list[tuple[int, int, int, int, int, int, int]]) -> np.ndarray:
+    """Keys from (time, prio, task, thread, rank, report, seq) rows."""
+    return np.concatenate([make_keys(np.array([r[0]]), r[1], r[2], r[3], r[4], r[5],
+                                     np.array([r[6]])) for r in rows])
+
+
 def _ident(kind: str, index: int, seq: int) -> int:
     """A record's identity in the first field: begin/end, stream, sequence."""
     return (index * 1_000_000 + seq) * 2 + (kind == "e")
@@ -36,14 +42,15 @@ def _stream(index: int, intervals: list[tuple[int, int]], chunk: int, pending: l
     rows = sorted(intervals)
     for pos in range(0, len(rows), chunk):
         part = rows[pos : pos + chunk]
-        keys = np.zeros(2 * len(part), dtype=KEY_DTYPE)
+        key_rows = []
         fields = np.zeros((2 * len(part), WIDTH), dtype=np.int64)
         for j, (start, length) in enumerate(part):
             seq = pos + j
-            keys[2 * j] = (start, PRIO_BEGIN, index, 1, 0, 0, seq)
-            keys[2 * j + 1] = (start + length, PRIO_END if length else 2, index, 1, 0, 0, seq)
+            key_rows.append((start, PRIO_BEGIN, index, 1, 0, 0, seq))
+            key_rows.append((start + length, PRIO_END if length else 2, index, 1, 0, 0, seq))
             fields[2 * j, 0] = _ident("b", index, seq)
             fields[2 * j + 1, 0] = _ident("e", index, seq)
+        keys = _keys(key_rows)
         yield RecordBatch(keys, fields, np.full(len(keys), _TMPL, dtype=np.int16)), part[-1][0]
         pending.append(len(part))
 
@@ -108,10 +115,8 @@ def test_pool_is_bounded_by_chunk_and_open_intervals(starts: list[int], chunk: i
 
 
 def test_sort_batch_orders_by_full_key() -> None:
-    keys = np.zeros(3, dtype=KEY_DTYPE)
-    keys[0] = (5, PRIO_BEGIN, 1, 1, 0, 0, 0)
-    keys[1] = (5, PRIO_END, 1, 1, 0, 0, 1)
-    keys[2] = (4, PRIO_BEGIN, 2, 1, 0, 0, 2)
+    keys = _keys([(5, PRIO_BEGIN, 1, 1, 0, 0, 0), (5, PRIO_END, 1, 1, 0, 0, 1),
+                  (4, PRIO_BEGIN, 2, 1, 0, 0, 2)])
     fields = np.zeros((3, WIDTH), dtype=np.int64)
     fields[:, 0] = [1, 2, 3]
     out = sort_batch(RecordBatch(keys, fields, np.full(3, _TMPL, dtype=np.int16)))
@@ -130,3 +135,17 @@ def test_compiled_and_python_formatters_agree(rows: list[list[int]]) -> None:
     expected = "".join(f"1:{a}:x:{b}:{c}\n" for a, b, c in rows).encode()
     assert format_records(fields, tmpl, pure=True) == expected
     assert format_records(fields, tmpl) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(1, 3),
+                          st.integers(1, 3), st.integers(0, 4), st.integers(0, 2),
+                          st.integers(0, 2**39)), min_size=1, max_size=60))
+def test_sort_batch_equals_sorting_the_key_tuples(rows: list[tuple[int, ...]]) -> None:
+    """Many records share a time: the tie-break puts them in full-key order."""
+    keys = _keys(rows)
+    fields = np.zeros((len(rows), WIDTH), dtype=np.int64)
+    fields[:, 0] = np.arange(len(rows))
+    out = sort_batch(RecordBatch(keys, fields, np.full(len(rows), _TMPL, dtype=np.int16)))
+    expected = sorted(range(len(rows)), key=lambda i: (rows[i], i))
+    assert out.fields[:, 0].tolist() == expected

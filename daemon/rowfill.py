@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["compiled", "rows_to_array"]
+__all__ = ["Layout", "compiled", "field_layout", "rows_to_array"]
 
 try:  # the compiled filler, unless disabled for a comparison
     if os.environ.get("PRVSTREAM_PURE_PYTHON") or sys.byteorder != "little":
@@ -22,7 +22,11 @@ try:  # the compiled filler, unless disabled for a comparison
 except ImportError:  # pragma: no cover - depends on the build
     _c_fill = None
 
-_LAYOUT: dict[np.dtype, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+#: where each fetched value goes: (byte offsets, sizes), one pair per value
+Layout = tuple[tuple[int, ...], tuple[int, ...]]
+
+_LAYOUT: dict[np.dtype, Layout] = {}
+_FALLBACK: dict[tuple[np.dtype, Layout], np.dtype] = {}
 
 
 def compiled() -> bool:
@@ -30,7 +34,8 @@ def compiled() -> bool:
     return _c_fill is not None
 
 
-def _layout(dtype: np.dtype) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def field_layout(dtype: np.dtype) -> Layout:
+    """One fetched value per field of ``dtype``, in field order."""
     found = _LAYOUT.get(dtype)
     if found is None:
         fields = dtype.fields or {}
@@ -45,16 +50,19 @@ def _layout(dtype: np.dtype) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return found
 
 
-def rows_to_array(rows: Sequence[tuple[object, ...]], dtype: np.dtype, *,
-                  pure: bool = False) -> np.ndarray:
-    """An array of ``dtype`` (integer fields only) from the first fields of each row.
+def rows_to_array(rows: Sequence[tuple[object, ...]], dtype: np.dtype,
+                  layout: Layout | None = None, *, pure: bool = False) -> np.ndarray:
+    """An array of ``dtype`` (integer fields only) from the first values of each row.
 
+    ``layout`` says where each value goes (default: one value per field). An 8-byte value may
+    cover two adjacent int32 fields: SQL that packs ``(a & 0xFFFFFFFF) | (b << 32)`` fills
+    both at once, with fewer Python objects per row.
     Rows may carry extra trailing values, which are ignored. The C filler raises
     ``TypeError`` for a value that is not an int (numpy's fallback raises ``ValueError`` for a
     non-numeric text and truncates a float) and ``OverflowError`` for one too large for its
     field.
     """
-    offsets, sizes = _layout(dtype)
+    offsets, sizes = layout or field_layout(dtype)
     if _c_fill is not None and not pure and isinstance(rows, list):
         out = np.empty(len(rows), dtype=dtype)
         _c_fill(rows, out, dtype.itemsize, offsets, sizes)
@@ -62,4 +70,11 @@ def rows_to_array(rows: Sequence[tuple[object, ...]], dtype: np.dtype, *,
     width = len(offsets)
     if rows and len(rows[0]) != width:
         rows = [r[:width] for r in rows]
-    return np.array(rows, dtype=dtype)
+    key = (dtype, (offsets, sizes))
+    fetched = _FALLBACK.get(key)
+    if fetched is None:
+        fetched = _FALLBACK[key] = np.dtype({
+            "names": [f"v{i}" for i in range(width)],
+            "formats": ["<i8" if size == 8 else "<i4" for size in sizes],
+            "offsets": list(offsets), "itemsize": dtype.itemsize})
+    return np.array(rows, dtype=fetched).view(dtype)

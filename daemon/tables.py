@@ -15,7 +15,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.export import Export, KindSource, quote_identifier, wrap_i4
-from prvstream.daemon.rowfill import rows_to_array
+from prvstream.daemon.rowfill import Layout, rows_to_array
 from prvstream.sinks.errors import NotAnExport
 
 __all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
@@ -92,13 +92,38 @@ _COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
                     ("metricId", "metric"), ("value", "value")),
 }
 
+def _groups(dtype: np.dtype) -> tuple[tuple[str, ...], ...]:
+    """Fields fetched together: two adjacent int32 fields travel as one packed int64."""
+    names, fields = dtype.names or (), dtype.fields or {}
+    out: list[tuple[str, ...]] = []
+    i = 0
+    while i < len(names):
+        a = names[i]
+        if i + 1 < len(names) and fields[a][0].itemsize == 4:
+            b = names[i + 1]
+            if fields[b][0].itemsize == 4 and fields[b][1] == fields[a][1] + 4:
+                out.append((a, b))
+                i += 2
+                continue
+        out.append((a,))
+        i += 1
+    return tuple(out)
+
+
+#: kind -> fetched value groups, and where each value lands in the kind's dtype
+GROUPS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {k: _groups(d) for k, d in DTYPES.items()}
+LAYOUTS: Final[dict[str, Layout]] = {
+    k: (tuple(int((DTYPES[k].fields or {})[g[0]][1]) for g in groups),
+        tuple(4 if len(g) == 1 and DTYPES[k][g[0]].itemsize == 4 else 8 for g in groups))
+    for k, groups in GROUPS.items()}
+
 #: defaults for missing/NULL columns other than -1
 _DEFAULTS: Final[dict[tuple[str, str], str]] = {("nvtx", "domain"): "0"}
 
 
 def _select_one(export: Export, kind: str, src: KindSource) -> str:
     t = src.table
-    exprs: list[str] = []
+    by_field: dict[str, str] = {}
     for col, field in _COLUMNS[kind]:
         default = _DEFAULTS.get((kind, field), "-1")
         if kind == "graph" and field == "name" and not export.has(t, "nameId"):
@@ -116,7 +141,14 @@ def _select_one(export: Export, kind: str, src: KindSource) -> str:
             expr = default
         if DTYPES[kind][field] == np.dtype(_I4) and expr != default:
             expr = wrap_i4(expr)
-        exprs.append(f"{expr} AS {field}")
+        by_field[field] = expr
+    exprs: list[str] = []
+    for group in GROUPS[kind]:
+        if len(group) == 1:
+            exprs.append(f"{by_field[group[0]]} AS {group[0]}")
+        else:  # low half first: the int64 lands on the two int32 fields as they are laid out
+            lo, hi = by_field[group[0]], by_field[group[1]]
+            exprs.append(f"(({lo}) & 4294967295) | (({hi}) << 32) AS {'_'.join(group)}")
     if kind == "nvtx":
         if export.has(t, "text"):
             inline = ("CASE WHEN textId IS NULL THEN text END" if export.has(t, "textId")
@@ -174,7 +206,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
                 break
             try:
                 chunk = (_nvtx_chunk(export, rows, dtype) if kind == "nvtx"
-                         else rows_to_array(rows, dtype))
+                         else rows_to_array(rows, dtype, LAYOUTS[kind]))
             except (ValueError, TypeError, OverflowError) as exc:
                 raise NotAnExport(
                     f"{export.path}: the {kind} rows hold a value that is not an integer "
@@ -188,7 +220,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
 
 def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype) -> np.ndarray:
     """Convert NVTX rows; the trailing inline text becomes a negative interned id."""
-    out = rows_to_array(rows, dtype)
+    out = rows_to_array(rows, dtype, LAYOUTS["nvtx"])
     inline = [(i, row[-1]) for i, row in enumerate(rows) if row[-1] is not None]
     if inline:
         ids = export.inline_ids()

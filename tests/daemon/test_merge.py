@@ -11,8 +11,8 @@ from prvstream.daemon.merge import (
     PRIO_BEGIN,
     PRIO_END,
     RecordBatch,
-    merge,
     make_keys,
+    merge,
     merge_bounded,
     sort_batch,
 )

@@ -61,3 +61,19 @@ def test_non_integer_and_out_of_range_values_are_refused() -> None:
 def test_only_integer_fields() -> None:
     with pytest.raises(ValueError, match="not a little-endian int32/64"):
         rowfill.rows_to_array([(1.0,)], np.dtype([("a", "<f8")]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_I8, _I4, _I4, _I4), max_size=30))
+def test_packed_pairs_land_on_both_int32_fields(rows: list[tuple[int, int, int, int]]) -> None:
+    """SQL packs two int32 as (a & 0xFFFFFFFF) | (b << 32); the filler splits them back."""
+    dtype = np.dtype([("t", "<i8"), ("a", "<i4"), ("b", "<i4"), ("c", "<i4")])
+    layout = ((0, 8, 16), (8, 8, 4))
+
+    def pack(a: int, b: int) -> int:
+        return (a & 0xFFFFFFFF) | (b << 32)  # Python ints: already the signed int64
+
+    fetched = [(t, pack(a, b), c) for t, a, b, c in rows]
+    for pure in (False, True):
+        out = rowfill.rows_to_array(fetched, dtype, layout, pure=pure)
+        assert out.tolist() == rows

@@ -19,7 +19,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon import tables
-from prvstream.daemon.export import Export, ExportPlan, open_export
+from prvstream.daemon.export import Export, ExportPlan, open_export, wrap_i4
 from prvstream.daemon.merge import PRIO_BEGIN, Stream, merge
 from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
 from prvstream.daemon.records import (
@@ -303,25 +303,31 @@ class ActivityRouter:
         feed_interleaved(self.sink, activity, phases)
 
 
+#: one row per arrow; device and stream travel packed in one int64 and the size with the
+#: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy), so that a kernel's
+#: last value is the small int 0 (fewer Python objects per fetched row)
 _COMM_SQL = """
-SELECT r.start, r.globalTid, g.start, g.globalPid, g.deviceId, g.streamId, {size}, {tag}
+SELECT r.start, r.globalTid, g.start, g.globalPid,
+  ({device} & 4294967295) | ({stream} << 32), {size_kind}
 FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
 JOIN {table} AS g
   ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
 """
 _COMM_DTYPE = np.dtype([("start", "<i8"), ("gtid", "<i8"), ("recv", "<i8"), ("gpid", "<i8"),
-                        ("device", "<i4"), ("stream", "<i4"), ("size", "<i8"),
-                        ("tag", "<i8")])
+                        ("device", "<i4"), ("stream", "<i4"), ("size_kind", "<i8")])
+_COMM_LAYOUT = ((0, 8, 16, 24, 32, 40), (8, 8, 8, 8, 8, 8))
 
 
 def comm_sql(export: Export) -> str | None:
     """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
     parts = []
+    ids = {"device": wrap_i4("COALESCE(g.deviceId, -1)"),
+           "stream": wrap_i4("COALESCE(g.streamId, -1)")}
     if export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
-        parts.append(_COMM_SQL.format(size="0", tag=pv.TAG_LAUNCH_KERNEL,
+        parts.append(_COMM_SQL.format(**ids, size_kind="0",
                                       table="CUPTI_ACTIVITY_KIND_KERNEL"))
     if export.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
-        parts.append(_COMM_SQL.format(size="COALESCE(g.bytes, 0)", tag=pv.TAG_API_MEMCPY,
+        parts.append(_COMM_SQL.format(**ids, size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
                                       table="CUPTI_ACTIVITY_KIND_MEMCPY"))
     if not parts or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
         return None
@@ -338,13 +344,15 @@ def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> S
     try:
         cur.execute(sql)
         while rows := cur.fetchmany(chunk_rows):
-            chunk = rows_to_array(rows, _COMM_DTYPE)
+            chunk = rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT)
             send = chunk["start"] + ctx.offset
             recv = chunk["recv"] + ctx.offset
             s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
             r_task, r_thread = ctx.gpu_objects(chunk)
             lines = _lines("3:0:1:%d:%d:%d:%d:0:1:%d:%d:%d:%d:%d:%d", s_task, s_thread, send,
-                           send, r_task, r_thread, recv, recv, chunk["size"], chunk["tag"])
+                           send, r_task, r_thread, recv, recv, chunk["size_kind"] >> 1,
+                           np.where(chunk["size_kind"] & 1, pv.TAG_API_MEMCPY,
+                                    pv.TAG_LAUNCH_KERNEL))
             seq = ctx.next_seq("comm", len(chunk))
             keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
                          ctx.report_index, seq)

@@ -6,20 +6,24 @@ Public API (definitions in docs/efficiency.md)::
                             flush_rows=65536)  # small batches are buffered up to flush_rows
     model.begin_report(info); model.add_activity(batch); model.add_phases(batch)
     model.end_report()                 # computes the views for the reports so far
-    model.take_updates() -> list[SummaryRecord]   # new summary.jsonl lines since last call
-    model.state() -> SummaryState                 # summary.json content
+    model.iter_updates() -> Iterator[SummaryRecord]  # new summary.jsonl lines, built lazily
+    model.take_updates() -> list[SummaryRecord]   # the same as a list
+    model.discard_updates()            # drop them unbuilt (batch convert without history)
+    model.state() -> SummaryState                 # summary.json content (bounded)
     summarize(job, [(info, activity, phases), ...]) -> SummaryState  # batch convert, tests
     feed_report(model, info, activity, phases, chunk_rows=...)  # sort, chunk, interleave
     job_metrics(useful, comm, span_ns) -> Metrics
 
-Memory is O(chunk + open intervals) for the sweep, plus one small vector per (device, window)
-and per (device, phase instance) touched, which are the rows the summaries publish.
+Memory is O(chunk + open intervals) for the sweep, plus one row of 9 int64 per (device, window)
+and per (device, phase instance) in tables grown by doubling (docs/efficiency.md gives the
+cost); the published state is bounded by ``recent`` windows and instances per phase name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,10 +31,12 @@ import structlog
 
 from prvstream.sinks.base import ReportInfo, feed_interleaved
 from prvstream.sinks.summary import (
+    DEFAULT_RECENT,
     SCHEMA_VERSION,
     DeviceRow,
     GroupRow,
     Metrics,
+    SummaryFolder,
     SummaryRecord,
     SummaryState,
     fold,
@@ -47,6 +53,10 @@ _GAPS, _GAP_NS = 7, 8
 _WIDTH = 9
 #: ActivityKind -> category: 0 compute kernel, 1 NCCL kernel, 2 memcpy/memset
 _CATEGORY = np.array([0, 1, 2, 2], dtype=np.int8)
+#: first capacity of a growing table (rows)
+_FIRST_ROWS = 64
+#: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
+_EXACT = 2**53
 
 
 def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int) -> Metrics:
@@ -58,15 +68,37 @@ def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int) -> Met
     if not useful or span_ns <= 0:
         return Metrics(load_balance=0.0, communication_efficiency=0.0,
                        orchestration_efficiency=0.0, parallel_efficiency=0.0)
-    u = np.asarray(useful, dtype=np.float64)
-    uc = u + np.asarray(comm, dtype=np.float64)
-    max_u, max_uc = float(u.max()), float(uc.max())
-    lb = float(u.mean()) / max_u if max_u > 0 else 1.0
+    total_u = sum(useful)
+    if total_u + sum(comm) < _EXACT:
+        # every value and partial sum is an exact float64: the same numbers numpy gives
+        max_u = float(max(useful))
+        max_uc = float(max(u + c for u, c in zip(useful, comm, strict=True)))
+        mean_u = float(total_u) / len(useful)
+        sum_u = float(total_u)
+    else:
+        u = np.asarray(useful, dtype=np.float64)
+        uc = u + np.asarray(comm, dtype=np.float64)
+        max_u, max_uc = float(u.max()), float(uc.max())
+        mean_u, sum_u = float(u.mean()), float(u.sum())
+    lb = mean_u / max_u if max_u > 0 else 1.0
     ce = max_u / max_uc if max_uc > 0 else 1.0
     oe = max_uc / span_ns
-    pe = float(u.sum()) / (len(u) * span_ns)
+    pe = sum_u / (len(useful) * span_ns)
     return Metrics(load_balance=lb, communication_efficiency=ce, orchestration_efficiency=oe,
                    parallel_efficiency=pe)
+
+
+def _grow(arr: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
+    """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``)."""
+    if len(arr) >= need:
+        return arr
+    new = np.full((max(need, 2 * len(arr), _FIRST_ROWS), *arr.shape[1:]), fill, arr.dtype)
+    new[:len(arr)] = arr
+    return new
+
+
+def _rows() -> np.ndarray:
+    return np.zeros((0, _WIDTH), np.int64)
 
 
 @dataclass
@@ -80,18 +112,24 @@ class _Device:
     process: tuple[str, int]
     spans: list[tuple[int, int]] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(_WIDTH, np.int64))
+    #: totals per window slot, per phase instance id and per phase name id (rows of _WIDTH)
+    windows: np.ndarray = field(default_factory=_rows)
+    instances: np.ndarray = field(default_factory=_rows)
+    names: np.ndarray = field(default_factory=_rows)
 
 
 @dataclass
-class _Phase:
-    """One phase instance (name, occurrence): its span over the processes and device totals."""
+class _Name:
+    """A phase name: where its occurrences live and the sums its ``phase_total`` row shows."""
 
     name: str
-    occurrence: int
-    start: int
-    end: int
-    processes: set[tuple[str, int]] = field(default_factory=set)
-    totals: dict[int, np.ndarray] = field(default_factory=dict)
+    #: occurrence -> instance id (-1: none yet)
+    instances: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    count: int = 0
+    start: int = 0
+    end: int = 0
+    span: int = 0
+    processes: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -115,20 +153,49 @@ class _Report:
     frontier: int
     first: int
     last: int
-    #: per process: phase instances that may still receive time, as (start, end, phase)
-    recent: dict[tuple[str, int], list[tuple[int, int, _Phase]]] = field(default_factory=dict)
-    touched: dict[tuple[str, int], _Phase] = field(default_factory=dict)
+    #: per process: phase instances that may still receive time, as (start, end, instance id)
+    recent: dict[tuple[str, int], list[tuple[int, int, int]]] = field(default_factory=dict)
+    #: instance ids the report's phases touched (with repeats)
+    touched: array = field(default_factory=lambda: array("q"))
     #: activity taken but not swept yet: (start, end, global device, category) arrays
     pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
     pending_rows: int = 0
 
 
-def _add(store: dict[int, np.ndarray], key: int, vec: np.ndarray) -> None:
-    cur = store.get(key)
-    if cur is None:
-        store[key] = vec.astype(np.int64, copy=True)
-    else:
-        cur += vec
+@dataclass
+class _Pending:
+    """What the last report changed; its records are built when ``iter_updates`` runs."""
+
+    cumulative: SummaryRecord
+    windows: range
+    instances: np.ndarray  # instance ids in (start, name, occurrence) order
+    names: list[int]  # phase name ids, by name
+    built: dict[tuple[str, int], SummaryRecord]
+
+
+def _segments(s: np.ndarray, e: np.ndarray, c: np.ndarray, lo: int,
+              hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split [lo, hi) at every interval boundary: edges and, per segment, the running count of
+    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``)."""
+    n = len(s)
+    eo = np.argsort(e, kind="stable")
+    t = np.concatenate((s, e[eo]))
+    order = np.argsort(t, kind="stable")  # two sorted runs: a merge
+    ts = np.clip(t[order], lo, hi)
+    sign = np.where(order < n, 1, -1).astype(np.int64)
+    cat = np.concatenate((c, c[eo]))[order]
+    last = np.flatnonzero(np.append(ts[1:] != ts[:-1], True))
+    edges = ts[last]
+    total = np.cumsum(sign)[last]
+    comp = np.cumsum(np.where(cat == 0, sign, 0))[last]
+    nccl = np.cumsum(np.where(cat == 1, sign, 0))[last]
+    if edges[-1] == hi:  # boundaries at hi close the last segment
+        edges, total, comp, nccl = edges[:-1], total[:-1], comp[:-1], nccl[:-1]
+    if not len(edges) or edges[0] > lo:  # nothing starts at lo: an empty first segment
+        zero = np.zeros(1, np.int64)
+        edges = np.concatenate(([lo], edges))
+        total, comp, nccl = (np.concatenate((zero, x)) for x in (total, comp, nccl))
+    return np.append(edges, hi), comp, nccl, total
 
 
 class EfficiencyModel:
@@ -139,7 +206,8 @@ class EfficiencyModel:
     """
 
     def __init__(self, job: str, *, window_ns: int = 10_000_000_000,
-                 gap_threshold_ns: int = 1_000_000, flush_rows: int = 65536) -> None:
+                 gap_threshold_ns: int = 1_000_000, flush_rows: int = 65536,
+                 recent: int = DEFAULT_RECENT) -> None:
         if window_ns <= 0:
             raise ValueError(f"window_ns must be positive, got {window_ns}")
         self.job = job
@@ -150,16 +218,29 @@ class EfficiencyModel:
         self.flush_rows = max(int(flush_rows), 1)
         self._devices: list[_Device] = []
         self._device_ids: dict[tuple[str, int], int] = {}
+        self._device_rank: list[int] = []  # gid -> position in (host, device) order
         self._process_devices: dict[tuple[str, int], list[int]] = {}
-        self._windows: dict[int, dict[int, np.ndarray]] = {}
-        self._phases: dict[tuple[str, int], _Phase] = {}
+        self._window_slots: dict[int, int] = {}
+        self._names: list[_Name] = []
+        self._name_ids: dict[str, int] = {}
+        #: instance id -> name id, occurrence, start, end (grown by doubling; _n_instances used)
+        self._n_instances = 0
+        self._i_name = np.zeros(0, np.int32)
+        self._i_occ = np.zeros(0, np.int64)
+        self._i_start = np.zeros(0, np.int64)
+        self._i_end = np.zeros(0, np.int64)
+        #: process id -> (host, pid), and per process which instances it has (uint8 per id)
+        self._process_ids: dict[tuple[str, int], int] = {}
+        self._processes: list[tuple[str, int]] = []
+        self._has: list[np.ndarray] = []
         self._occurrences: dict[tuple[tuple[str, int], str], int] = {}
         self._report: _Report | None = None
         self._reports = 0
         self._last_report = ""
         self._span: tuple[int, int] | None = None
+        self._pending: _Pending | None = None
         self._updates: list[SummaryRecord] = []
-        self._latest: SummaryState | None = None
+        self._folder = SummaryFolder(recent=recent)
 
     # --- Sink protocol ----------------------------------------------------------------------
 
@@ -167,6 +248,9 @@ class EfficiencyModel:
         """Register the report's processes and devices; its batches follow."""
         if self._report is not None:
             raise RuntimeError("begin_report called before end_report of the previous report")
+        if self._pending is not None:  # updates not taken: build them before time moves on
+            self._updates += self._produce(self._pending)
+            self._pending = None
         origin = int(info.origin_wall_ns)
         processes = [(p.host, p.pid) for p in info.processes]
         local = np.empty(len(info.devices), np.int64)
@@ -179,6 +263,11 @@ class EfficiencyModel:
                 self._device_ids[key] = gid
                 self._devices.append(_Device(d.host, d.device, d.rank, proc[1], proc))
                 self._process_devices.setdefault(proc, []).append(gid)
+                order = sorted(range(len(self._devices)),
+                               key=lambda g: (self._devices[g].host, self._devices[g].device))
+                self._device_rank = [0] * len(order)
+                for pos, g in enumerate(order):
+                    self._device_rank[g] = pos
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, _Sweep] = {}
@@ -197,7 +286,7 @@ class EfficiencyModel:
             return
         s = batch["start"].astype(np.int64) + rep.origin
         e = batch["end"].astype(np.int64) + rep.origin
-        if int(s[0]) < rep.frontier or np.any(s[1:] < s[:-1]):
+        if int(s[0]) < rep.frontier or (len(s) > 1 and bool((s[1:] < s[:-1]).any())):
             raise ValueError("activity batches must arrive in non-decreasing start order "
                              "(see the Sink protocol in prvstream.sinks.base)")
         keep = e > s
@@ -215,18 +304,25 @@ class EfficiencyModel:
     def _sweep_pending(self, rep: _Report) -> None:
         """Finalize every device of the report up to the last start seen."""
         hi = rep.frontier
-        if rep.pending:
+        if len(rep.pending) == 1:
+            s, e, gdev, cat = rep.pending[0]
+        elif rep.pending:
             s, e, gdev, cat = (np.concatenate(x) for x in zip(*rep.pending, strict=True))
-            rep.pending, rep.pending_rows = [], 0
         else:
             s = e = gdev = np.empty(0, np.int64)
             cat = np.empty(0, np.int8)
-        order = np.argsort(gdev, kind="stable")
-        gdev, s, e, cat = gdev[order], s[order], e[order], cat[order]
-        bounds = np.flatnonzero(np.diff(gdev)) + 1
-        groups = {int(gdev[a]): (a, b) for a, b in
-                  zip([0, *bounds.tolist()], [*bounds.tolist(), len(gdev)], strict=True)
-                  if b > a}
+        rep.pending, rep.pending_rows = [], 0
+        groups: dict[int, tuple[int, int]] = {}
+        if len(rep.sweeps) == 1 or not len(gdev) or bool((gdev == gdev[0]).all()):
+            if len(gdev):
+                groups[int(gdev[0])] = (0, len(gdev))
+        else:
+            order = np.argsort(gdev, kind="stable")
+            gdev, s, e, cat = gdev[order], s[order], e[order], cat[order]
+            bounds = np.flatnonzero(np.diff(gdev)) + 1
+            groups = {int(gdev[a]): (a, b) for a, b in
+                      zip([0, *bounds.tolist()], [*bounds.tolist(), len(gdev)], strict=True)
+                      if b > a}
         for gid, sw in rep.sweeps.items():
             if gid in groups:
                 a, b = groups[gid]
@@ -241,28 +337,67 @@ class EfficiencyModel:
         """Take PHASE_DTYPE rows: each is the next occurrence of its name in its process."""
         rep = self._require_report()
         names = rep.info.phase_names
-        for row in batch:
-            start, end = int(row["start"]) + rep.origin, int(row["end"]) + rep.origin
+        for row_start, row_end, row_proc, row_name in zip(
+                batch["start"].tolist(), batch["end"].tolist(), batch["process"].tolist(),
+                batch["name"].tolist(), strict=True):
+            start, end = row_start + rep.origin, row_end + rep.origin
             if start < rep.frontier:
                 raise ValueError("phase batches must arrive in non-decreasing start order "
                                  "(see the Sink protocol in prvstream.sinks.base)")
             rep.frontier = start
             if end < start:
                 continue
-            name = names[int(row["name"])]
-            proc = rep.processes[int(row["process"])]
+            name = names[row_name]
+            proc = rep.processes[row_proc]
             occ = self._occurrences.get((proc, name), 0)
             self._occurrences[(proc, name)] = occ + 1
-            phase = self._phases.get((name, occ))
-            if phase is None:
-                phase = self._phases[(name, occ)] = _Phase(name, occ, start, end)
-            phase.start, phase.end = min(phase.start, start), max(phase.end, end)
-            phase.processes.add(proc)
-            rep.touched[(name, occ)] = phase
-            rep.recent.setdefault(proc, []).append((start, end, phase))
+            i = self._instance(name, occ, start, end)
+            pid = self._process_ids.get(proc)
+            if pid is None:
+                pid = self._process_ids[proc] = len(self._processes)
+                self._processes.append(proc)
+                self._has.append(np.zeros(0, np.uint8))
+            has = self._has[pid] = _grow(self._has[pid], i + 1)
+            if not has[i]:
+                has[i] = 1
+                self._names[int(self._i_name[i])].processes.add(pid)
+            rep.touched.append(i)
+            rep.recent.setdefault(proc, []).append((start, end, i))
+
+    def _instance(self, name: str, occ: int, start: int, end: int) -> int:
+        """The id of phase instance (name, occ), created or widened to cover [start, end)."""
+        nid = self._name_ids.get(name)
+        if nid is None:
+            nid = self._name_ids[name] = len(self._names)
+            self._names.append(_Name(name))
+        nm = self._names[nid]
+        nm.instances = _grow(nm.instances, occ + 1, fill=-1)
+        i = int(nm.instances[occ])
+        if i < 0:
+            i = nm.instances[occ] = self._n_instances
+            self._n_instances += 1
+            need = self._n_instances
+            self._i_name = _grow(self._i_name, need)
+            self._i_occ = _grow(self._i_occ, need)
+            self._i_start = _grow(self._i_start, need)
+            self._i_end = _grow(self._i_end, need)
+            self._i_name[i], self._i_occ[i] = nid, occ
+            self._i_start[i], self._i_end[i] = start, end
+            nm.start = start if not nm.count else min(nm.start, start)
+            nm.end = end if not nm.count else max(nm.end, end)
+            nm.count += 1
+            nm.span += end - start
+            return i
+        old_s, old_e = int(self._i_start[i]), int(self._i_end[i])
+        new_s, new_e = min(old_s, start), max(old_e, end)
+        if (new_s, new_e) != (old_s, old_e):
+            self._i_start[i], self._i_end[i] = new_s, new_e
+            nm.span += (new_e - new_s) - (old_e - old_s)
+            nm.start, nm.end = min(nm.start, new_s), max(nm.end, new_e)
+        return i
 
     def end_report(self) -> None:
-        """Flush open intervals and publish updated records (see ``take_updates``)."""
+        """Flush open intervals; the report's records follow from ``iter_updates``."""
         rep = self._require_report()
         if rep.pending:
             self._sweep_pending(rep)
@@ -278,30 +413,80 @@ class EfficiencyModel:
         self._reports += 1
         self._last_report = rep.info.report_id
         self._report = None
-        first_new = len(self._updates)
-        self._updates.append(self._cumulative())
         w = self.window_ns
-        for k in range(start // w, (end - 1) // w + 1 if end > start else start // w + 1):
-            self._updates.append(self._window(k))
-        for phase in sorted(rep.touched.values(), key=lambda p: (p.start, p.name,
-                                                                  p.occurrence)):
-            self._updates.append(self._phase(phase))
-        self._latest = fold(self._updates[first_new:], self._latest)
+        windows = range(start // w, (end - 1) // w + 1 if end > start else start // w + 1)
+        touched = np.unique(np.frombuffer(rep.touched, np.int64)) if rep.touched else \
+            np.zeros(0, np.int64)
+        if len(touched):
+            rank = np.argsort(np.argsort([n.name for n in self._names]))
+            touched = touched[np.lexsort((self._i_occ[touched],
+                                          rank[self._i_name[touched]],
+                                          self._i_start[touched]))]
+        names = sorted(set(self._i_name[touched].tolist()), key=lambda n: self._names[n].name)
+        pending = _Pending(self._cumulative(), windows, touched, names, {})
+        self._keep_state(pending)
+        self._pending = pending
         log.debug("efficiency_updated", job=self.job, report=self._last_report,
-                  records=len(self._updates))
+                  windows=len(windows), phases=len(touched))
+
+    def _keep_state(self, p: _Pending) -> None:
+        """Fold into the bounded state the records of this update it keeps (built now)."""
+        folder = self._folder
+        for nid in p.names:
+            p.built["t", nid] = rec = self._phase_total(nid)
+            folder.add(rec)
+        folder.add(p.cumulative)
+        tail = p.windows[-folder.recent:]
+        for k in sorted(folder.keeps("window", "", tail) & set(tail)):
+            p.built["w", k] = rec = self._window(k)
+            folder.add(rec)
+        if len(p.instances):
+            names = self._i_name[p.instances]
+            for nid in p.names:
+                ids = p.instances[names == nid]
+                occs = self._i_occ[ids]
+                top = np.sort(occs)[-folder.recent:].tolist()
+                keep = folder.keeps("phase", self._names[nid].name, top) & set(top)
+                for i in ids[np.isin(occs, list(keep))].tolist():
+                    p.built["p", i] = rec = self._phase(i)
+                    folder.add(rec)
 
     # --- results ----------------------------------------------------------------------------
 
+    def iter_updates(self) -> Iterator[SummaryRecord]:
+        """Records produced since the last call, built one at a time as they are consumed:
+        phase name totals, cumulative, windows, phase instances (consume before the next
+        ``begin_report``; one not consumed by then is built and held in memory)."""
+        held, self._updates = self._updates, []
+        pending, self._pending = self._pending, None
+        yield from held
+        if pending is not None:
+            yield from self._produce(pending)
+
     def take_updates(self) -> list[SummaryRecord]:
-        """Records produced since the last call, in order: cumulative, windows, phases."""
-        out, self._updates = self._updates, []
-        return out
+        """``iter_updates`` as a list."""
+        return list(self.iter_updates())
+
+    def discard_updates(self) -> None:
+        """Drop the records produced since the last call without building them (the state
+        still reflects them)."""
+        self._updates, self._pending = [], None
 
     def state(self) -> SummaryState:
-        """The latest state: exactly what folding every record published so far gives."""
-        if self._latest is None:
-            return fold([self._cumulative()])
-        return self._latest
+        """The latest, bounded state: what folding every record published so far gives."""
+        if not self._reports:
+            return fold([self._cumulative()], recent=self._folder.recent)
+        return self._folder.state()
+
+    def _produce(self, p: _Pending) -> Iterator[SummaryRecord]:
+        built = p.built
+        for nid in p.names:
+            yield built["t", nid]
+        yield p.cumulative
+        for k in p.windows:
+            yield built.get(("w", k)) or self._window(k)
+        for i in p.instances.tolist():
+            yield built.get(("p", i)) or self._phase(i)
 
     # --- the sweep --------------------------------------------------------------------------
 
@@ -313,25 +498,27 @@ class EfficiencyModel:
     def _advance(self, rep: _Report, gid: int, sw: _Sweep, ns: np.ndarray, ne: np.ndarray,
                  nc: np.ndarray, hi: int, *, final: bool, report_end: int = 0) -> None:
         """Finalize device ``gid`` over [sw.lo, hi) and attribute the time to every view."""
-        s = np.concatenate([sw.carry_s, np.maximum(ns, sw.lo)])
-        e = np.concatenate([sw.carry_e, ne])
-        c = np.concatenate([sw.carry_c, nc])
         lo = sw.lo
+        if len(sw.carry_s):
+            s = np.concatenate([sw.carry_s, np.maximum(ns, lo)])
+            e = np.concatenate([sw.carry_e, ne])
+            c = np.concatenate([sw.carry_c, nc])
+        else:
+            s, e, c = np.maximum(ns, lo), ne, nc
         if hi > lo:
-            edges = np.unique(np.concatenate(
-                [np.array([lo, hi], np.int64), s[s < hi], e[(e > lo) & (e < hi)]]))
-            t = edges[:-1]
+            if len(s):
+                edges, n0, n1, n_all = _segments(s, e, c, lo, hi)
+            else:
+                edges = np.array([lo, hi], np.int64)
+                n0 = n1 = n_all = np.zeros(1, np.int64)
             length = np.diff(edges)
-            n = []
-            for cat in range(3):
-                sc, ec = np.sort(s[c == cat]), np.sort(e[c == cat])
-                n.append(np.searchsorted(sc, t, "right") - np.searchsorted(ec, t, "right"))
-            comp, comm = n[0] > 0, (n[1] + n[2]) > 0
-            k = n[0] + n[1]
+            comp = n0 > 0
+            comm = (n_all - n0) > 0
+            k = n0 + n1
             ind = np.stack([comp, ~comp & comm, comp & comm, k == 1, k == 2, k == 3, k >= 4],
                            axis=1).astype(np.int64)
             self._attribute(rep, gid, edges, length, ind)
-            self._gaps(rep, gid, sw, edges, (n[0] + n[1] + n[2]) > 0)
+            self._gaps(rep, gid, sw, edges, n_all > 0)
         open_ = e > hi
         sw.carry_s, sw.carry_e, sw.carry_c = np.maximum(s[open_], hi), e[open_], c[open_]
         sw.lo = max(lo, hi)
@@ -342,11 +529,26 @@ class EfficiencyModel:
                 self._add_gaps(rep, gid, np.array([sw.idle_since]), np.array([report_end]))
             sw.idle_since = None
 
+    def _window_rows(self, dev: _Device, ks: Iterable[int]) -> list[int]:
+        """Slots of windows ``ks`` in the devices' window tables (created as needed)."""
+        slots = []
+        for k in ks:
+            slot = self._window_slots.get(k)
+            if slot is None:
+                slot = self._window_slots[k] = len(self._window_slots)
+            slots.append(slot)
+        dev.windows = _grow(dev.windows, len(self._window_slots))
+        return slots
+
+    def _phase_rows(self, dev: _Device) -> None:
+        dev.instances = _grow(dev.instances, self._n_instances)
+        dev.names = _grow(dev.names, len(self._names))
+
     def _attribute(self, rep: _Report, gid: int, edges: np.ndarray, length: np.ndarray,
                    ind: np.ndarray) -> None:
         """Add the measures of segments [edges[i], edges[i+1]) to cumulative, windows, phases."""
-        cum = np.vstack([np.zeros((1, _N_MEASURES), np.int64),
-                         np.cumsum(ind * length[:, None], axis=0)])
+        cum = np.zeros((len(length) + 1, _N_MEASURES), np.int64)
+        np.cumsum(ind * length[:, None], axis=0, out=cum[1:])
         dev = self._devices[gid]
         dev.totals[:_N_MEASURES] += cum[-1]
         lo, hi = int(edges[0]), int(edges[-1])
@@ -358,23 +560,23 @@ class EfficiencyModel:
             return out
 
         w = self.window_ns
-        ks = np.arange(lo // w, (hi - 1) // w + 1, dtype=np.int64)
-        per_window = np.diff(upto(np.append(ks, ks[-1] + 1) * w), axis=0)
-        for k, vec in zip(ks.tolist(), per_window, strict=True):
-            if vec.any():
-                full = np.zeros(_WIDTH, np.int64)
-                full[:_N_MEASURES] = vec
-                _add(self._windows.setdefault(k, {}), gid, full)
+        k0, k1 = lo // w, (hi - 1) // w
+        if k0 == k1:
+            slots = self._window_rows(dev, (k0,))
+            dev.windows[slots[0], :_N_MEASURES] += cum[-1]
+        else:
+            ks = np.arange(k0, k1 + 1, dtype=np.int64)
+            per_window = np.diff(upto(np.append(ks, ks[-1] + 1) * w), axis=0)
+            slots = self._window_rows(dev, ks.tolist())
+            dev.windows[slots, :_N_MEASURES] += per_window
         recent = rep.recent.get(dev.process)
         if recent:
-            ps = np.array([r[0] for r in recent], np.int64)
-            pe = np.array([r[1] for r in recent], np.int64)
-            per_phase = upto(pe) - upto(ps)
-            for (_, _, phase), vec in zip(recent, per_phase, strict=True):
-                if vec.any():
-                    full = np.zeros(_WIDTH, np.int64)
-                    full[:_N_MEASURES] = vec
-                    _add(phase.totals, gid, full)
+            r = np.array(recent, np.int64)
+            ids = r[:, 2]
+            per_phase = upto(r[:, 1]) - upto(r[:, 0])
+            self._phase_rows(dev)
+            dev.instances[ids, :_N_MEASURES] += per_phase  # ids are distinct
+            np.add.at(dev.names[:, :_N_MEASURES], self._i_name[ids], per_phase)
 
     def _gaps(self, rep: _Report, gid: int, sw: _Sweep, edges: np.ndarray,
               busy: np.ndarray) -> None:
@@ -410,24 +612,29 @@ class EfficiencyModel:
         ks, inv = np.unique(k0[single], return_inverse=True)
         counts = np.bincount(inv, minlength=len(ks))
         sums = np.bincount(inv, weights=(g1 - g0)[single], minlength=len(ks))
-        vec = np.zeros(_WIDTH, np.int64)
-        for k, n, total in zip(ks.tolist(), counts.tolist(), sums.tolist(), strict=True):
-            vec[_GAPS], vec[_GAP_NS] = n, int(total)
-            _add(self._windows.setdefault(k, {}), gid, vec)
+        slots = self._window_rows(dev, ks.tolist())
+        for slot, n, total in zip(slots, counts.tolist(), sums.tolist(), strict=True):
+            dev.windows[slot, _GAPS] += n
+            dev.windows[slot, _GAP_NS] += int(total)
         for a, b in zip(g0[~single].tolist(), g1[~single].tolist(), strict=True):
             for k in range(a // w, (b - 1) // w + 1):
-                vec[_GAPS], vec[_GAP_NS] = 1, min(b, (k + 1) * w) - max(a, k * w)
-                _add(self._windows.setdefault(k, {}), gid, vec)
+                (slot,) = self._window_rows(dev, (k,))
+                dev.windows[slot, _GAPS] += 1
+                dev.windows[slot, _GAP_NS] += min(b, (k + 1) * w) - max(a, k * w)
         recent = rep.recent.get(dev.process)
         if recent:
-            ps = np.array([r[0] for r in recent], np.int64)[None, :]
-            pe = np.array([r[1] for r in recent], np.int64)[None, :]
+            r = np.array(recent, np.int64)
+            ps, pe, ids = r[None, :, 0], r[None, :, 1], r[:, 2]
             hit = (ps < g1[:, None]) & (pe > g0[:, None])
             inside = np.where(hit, np.minimum(g1[:, None], pe) - np.maximum(g0[:, None], ps),
                               0)
-            for j in np.flatnonzero(hit.any(axis=0)).tolist():
-                vec[_GAPS], vec[_GAP_NS] = int(hit[:, j].sum()), int(inside[:, j].sum())
-                _add(recent[j][2].totals, gid, vec)
+            n_hit, ns_hit = hit.sum(axis=0), inside.sum(axis=0)
+            self._phase_rows(dev)
+            dev.instances[ids, _GAPS] += n_hit
+            dev.instances[ids, _GAP_NS] += ns_hit
+            names = self._i_name[ids]
+            np.add.at(dev.names[:, _GAPS], names, n_hit)
+            np.add.at(dev.names[:, _GAP_NS], names, ns_hit)
 
     def _prune(self, rep: _Report) -> None:
         """Forget phases that ended before every device of their process can still add time."""
@@ -446,21 +653,27 @@ class EfficiencyModel:
     # --- records ----------------------------------------------------------------------------
 
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
-                totals: dict[int, np.ndarray], name: str = "", index: int = 0) -> SummaryRecord:
-        span = max(end - start, 0)
+                rows_of: Callable[[_Device], np.ndarray | None], row: int = 0, name: str = "",
+                index: int = 0, span: int | None = None) -> SummaryRecord:
+        """One record over [start, end) (length ``span``) for devices ``gids``; a device's
+        totals are ``rows_of(device)[row]`` (zeros when missing)."""
+        if span is None:
+            span = max(end - start, 0)
         rows: list[DeviceRow] = []
-        zero = np.zeros(_WIDTH, np.int64)
-        for gid in sorted(set(gids), key=lambda g: (self._devices[g].host,
-                                                     self._devices[g].device)):
-            dev, v = self._devices[gid], totals.get(gid, zero)
-            useful, comm, overlap = int(v[_USEFUL]), int(v[_COMM]), int(v[_OVERLAP])
-            busy_k = [int(x) for x in v[_K1:_K4 + 1]]
+        rank_of = self._device_rank
+        for gid in sorted(set(gids), key=rank_of.__getitem__):
+            dev = self._devices[gid]
+            table = rows_of(dev)
+            v = table[row].tolist() if table is not None and row < len(table) else \
+                [0] * _WIDTH
+            useful, comm, overlap = v[_USEFUL], v[_COMM], v[_OVERLAP]
+            busy_k = v[_K1:_K4 + 1]
             rows.append(DeviceRow(
                 host=dev.host, device=dev.device, useful_ns=useful, comm_ns=comm,
                 idle_ns=max(span - useful - comm, 0), overlap_ns=overlap,
                 overlap_share=overlap / (comm + overlap) if comm + overlap else 0.0,
-                inflight_ns=[max(span - sum(busy_k), 0), *busy_k], gaps=int(v[_GAPS]),
-                gap_ns=int(v[_GAP_NS]), rank=dev.rank, pid=dev.pid))
+                inflight_ns=[max(span - sum(busy_k), 0), *busy_k], gaps=v[_GAPS],
+                gap_ns=v[_GAP_NS], rank=dev.rank, pid=dev.pid))
         hosts: dict[str, list[DeviceRow]] = {}
         ranks: dict[str, list[DeviceRow]] = {}
         for r in rows:
@@ -469,11 +682,13 @@ class EfficiencyModel:
                              []).append(r)
 
         def groups(by: dict[str, list[DeviceRow]]) -> list[GroupRow]:
-            return [GroupRow(name=k, devices=len(v), useful_ns=sum(r.useful_ns for r in v),
-                             comm_ns=sum(r.comm_ns for r in v),
-                             metrics=job_metrics([r.useful_ns for r in v],
-                                                 [r.comm_ns for r in v], span))
-                    for k, v in sorted(by.items(), key=lambda kv: _group_order(kv[0]))]
+            out = []
+            for k, v in sorted(by.items(), key=lambda kv: _group_order(kv[0])):
+                useful = [r.useful_ns for r in v]
+                comm = [r.comm_ns for r in v]
+                out.append(GroupRow(name=k, devices=len(v), useful_ns=sum(useful),
+                                    comm_ns=sum(comm), metrics=job_metrics(useful, comm, span)))
+            return out
 
         return SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
@@ -487,7 +702,7 @@ class EfficiencyModel:
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)
         return self._record("cumulative", start, end, range(len(self._devices)),
-                            {i: d.totals for i, d in enumerate(self._devices)})
+                            lambda d: d.totals[None, :])
 
     def _window(self, k: int) -> SummaryRecord:
         w = self.window_ns
@@ -495,13 +710,26 @@ class EfficiencyModel:
         js, je = self._span if self._span else (ws, we)
         present = [i for i, d in enumerate(self._devices)
                    if any(a < we and b > ws for a, b in d.spans)]
+        slot = self._window_slots.get(k, -1)
         return self._record("window", max(ws, js), min(we, je), present,
-                            self._windows.get(k, {}), index=k)
+                            lambda d: d.windows if slot >= 0 else None, row=slot, index=k)
 
-    def _phase(self, phase: _Phase) -> SummaryRecord:
-        present = [g for p in phase.processes for g in self._process_devices.get(p, [])]
-        return self._record("phase", phase.start, phase.end, present, phase.totals,
-                            name=phase.name, index=phase.occurrence)
+    def _present(self, processes: Iterable[int]) -> list[int]:
+        return [g for p in processes
+                for g in self._process_devices.get(self._processes[p], [])]
+
+    def _phase(self, i: int) -> SummaryRecord:
+        procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
+        nm = self._names[int(self._i_name[i])]
+        return self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
+                            self._present(procs), lambda d: d.instances, row=i, name=nm.name,
+                            index=int(self._i_occ[i]))
+
+    def _phase_total(self, nid: int) -> SummaryRecord:
+        nm = self._names[nid]
+        return self._record("phase_total", nm.start, nm.end, self._present(sorted(nm.processes)),
+                            lambda d: d.names, row=nid, name=nm.name, index=nm.count,
+                            span=nm.span)
 
 
 def _group_order(name: str) -> tuple[int, float, str]:

@@ -2,14 +2,17 @@
 
 Public API (schema in docs/summary-schema.md):
 
-- ``SummaryRecord`` one line of ``summary.jsonl`` (one view's interval: cumulative, a window or
-  a phase instance); ``SummaryState`` the latest state (``summary.json``, ``OUT.summary.json``):
-  the cumulative record plus the latest ``windows`` and ``phases`` rows. ``Metrics``,
-  ``DeviceRow``, ``GroupRow`` are their parts. ``SCHEMA_VERSION`` is what this code writes.
-- ``SummaryWriter(path)``: ``append(record) -> committed length``, ``append_many(records)``,
-  ``length``, ``truncate_to(length)`` (daemon recovery), ``write_state(state, path)``.
+- ``SummaryRecord`` one line of ``summary.jsonl`` (one view's interval: cumulative, a window,
+  a phase instance or a phase name's total); ``SummaryState`` the latest, bounded state
+  (``summary.json``, ``OUT.summary.json``): the cumulative record, the latest ``recent``
+  windows, the latest ``recent`` instances of each phase name and one ``phase_totals`` row per
+  name. ``Metrics``, ``DeviceRow``, ``GroupRow`` are their parts. ``SCHEMA_VERSION`` is what
+  this code writes; ``DEFAULT_RECENT`` the default bound.
+- ``SummaryWriter(path)``: ``append(record) -> committed length``, ``append_many(records)``
+  (streams any iterable), ``length``, ``truncate_to(length)`` (recovery), ``write_state``.
 - ``atomic_write(path, data)``, ``read_records(path, offset) -> (records, new_offset)``,
-  ``fold(records, state)``, ``load_summary(path) -> SummaryState``, ``encode_record``,
+  ``iter_records(path)``, ``fold(records, state, recent=)``, ``SummaryFolder`` (the same fold
+  one record at a time), ``load_summary(path) -> SummaryState``, ``encode_record``,
   ``decode_state``.
 - ``verdict(metrics)``, ``render_table(state, view)``, ``prometheus_text(state)``,
   ``write_prom_file(path, state)``, ``plot_summary(state, history, png)``.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -30,10 +33,12 @@ from prvstream.sinks.errors import OutputConflict, PrvstreamError
 from prvstream.sinks.files import atomic_write
 
 __all__ = [
+    "DEFAULT_RECENT",
     "SCHEMA_VERSION",
     "DeviceRow",
     "GroupRow",
     "Metrics",
+    "SummaryFolder",
     "SummaryRecord",
     "SummaryState",
     "SummaryWriter",
@@ -41,6 +46,7 @@ __all__ = [
     "decode_state",
     "encode_record",
     "fold",
+    "iter_records",
     "load_summary",
     "plot_summary",
     "prometheus_text",
@@ -53,10 +59,14 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 #: version of the records this code writes; changes are additive (new fields with defaults),
-#: so readers accept every version and ignore fields they do not know
-SCHEMA_VERSION = 1
+#: so readers accept every version and ignore fields they do not know. 2: the state is bounded
+#: (latest ``recent`` windows and instances per phase name) and has ``phase_totals``
+SCHEMA_VERSION = 2
 
-View = Literal["cumulative", "window", "phase"]
+#: windows, and instances per phase name, that the state keeps by default
+DEFAULT_RECENT = 64
+
+View = Literal["cumulative", "window", "phase", "phase_total"]
 
 
 class Metrics(msgspec.Struct, kw_only=True):
@@ -105,11 +115,13 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     schema: int
     job: str
     view: str
-    #: phase name (phase view); "" otherwise
+    #: phase name (phase and phase_total views); "" otherwise
     name: str = ""
-    #: window number (start // window_ns) or phase occurrence; 0 for the cumulative view
+    #: window number (start // window_ns), phase occurrence, or for phase_total the number of
+    #: instances of the name so far; 0 for the cumulative view
     index: int = 0
-    #: the interval, in wall-clock ns since the epoch, and its length T
+    #: the interval, in wall-clock ns since the epoch, and its length T (phase_total: the sum
+    #: of its instances' spans, from the first start to the last end)
     start_ns: int
     end_ns: int
     span_ns: int
@@ -128,13 +140,21 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
 
 
 class SummaryState(SummaryRecord, kw_only=True):
-    """The latest state (``summary.json``): the cumulative record plus latest window/phase rows."""
+    """The latest state (``summary.json``): the cumulative record plus bounded recent rows."""
 
+    #: latest record of each of the ``recent`` highest windows, by index
     windows: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: latest record of each of the ``recent`` highest occurrences of every phase name, by start
     phases: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: latest ``phase_total`` record of every phase name, by name
+    phase_totals: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: the bound applied to ``windows`` and to each name's ``phases`` (0: written before schema 2)
+    recent: int = 0
 
 
 _ENCODER = msgspec.json.Encoder()
+#: bytes of encoded lines gathered before a write
+_SLICE = 1 << 20
 _RECORD_DECODER = msgspec.json.Decoder(SummaryRecord)
 _STATE_DECODER = msgspec.json.Decoder(SummaryState)
 
@@ -179,15 +199,39 @@ class SummaryWriter:
         return self.append_many([record])
 
     def append_many(self, records: Iterable[SummaryRecord]) -> int:
-        """Append records with one fsync; return the new committed length in bytes."""
-        data = b"".join(encode_record(r) for r in records)
-        if not data:
-            return self._length
-        with open(self.path, "ab") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        self._length += len(data)
+        """Append records with one fsync; return the new committed length in bytes.
+
+        ``records`` may be a generator: lines are written in slices of about 1 MiB as they
+        come, never all held. If it raises, the file is cut back to the committed length.
+        """
+        written = 0
+        fh = None
+        try:
+            buf: list[bytes] = []
+            size = 0
+            for record in records:
+                line = encode_record(record)
+                buf.append(line)
+                size += len(line)
+                if size >= _SLICE:
+                    fh = fh or open(self.path, "ab")  # noqa: SIM115 - closed below
+                    fh.write(b"".join(buf))
+                    written, buf, size = written + size, [], 0
+            if buf:
+                fh = fh or open(self.path, "ab")  # noqa: SIM115 - closed below
+                fh.write(b"".join(buf))
+                written += size
+            if fh is not None:
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            if fh is not None:
+                fh.truncate(self._length)
+            raise
+        finally:
+            if fh is not None:
+                fh.close()
+        self._length += written
         return self._length
 
     def truncate_to(self, length: int) -> None:
@@ -234,30 +278,92 @@ def read_records(path: str | os.PathLike[str],
     return records, offset + end
 
 
-def _key(record: SummaryRecord) -> tuple[str, int]:
-    return record.name, record.index
+def iter_records(path: str | os.PathLike[str]) -> Iterator[SummaryRecord]:
+    """Complete lines of ``summary.jsonl``, one record at a time (a partial last line is not)."""
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break
+            if not line.strip():
+                continue
+            try:
+                yield _RECORD_DECODER.decode(line)
+            except msgspec.DecodeError as exc:
+                raise PrvstreamError(f"{path} holds a line that is not a summary record "
+                                     f"({exc}); is it a prvstream summary.jsonl?") from exc
 
 
-def fold(records: Iterable[SummaryRecord], state: SummaryState | None = None) -> SummaryState:
-    """Fold records into a state: the latest cumulative record and latest row per window/phase."""
-    windows = {_key(r): r for r in state.windows} if state else {}
-    phases = {_key(r): r for r in state.phases} if state else {}
-    base: SummaryRecord | None = state
+class SummaryFolder:
+    """``fold`` one record at a time, in memory bounded by ``recent`` x phase names.
+
+    Keeps the latest cumulative record, the latest record of the ``recent`` highest window
+    indices, of the ``recent`` highest occurrences of each phase name, and of each phase name's
+    total. Keys never change rank, so the result does not depend on how records are grouped.
+    Records of views it does not know (a newer writer) are ignored.
+    """
+
+    def __init__(self, state: SummaryState | None = None, recent: int = DEFAULT_RECENT) -> None:
+        self.recent = max(int(recent), 1)
+        self.base: SummaryRecord | None = state
+        self.windows: dict[int, SummaryRecord] = {}
+        self.phases: dict[str, dict[int, SummaryRecord]] = {}
+        self.totals: dict[str, SummaryRecord] = {}
+        if state is not None:
+            for r in (*state.windows, *state.phases, *state.phase_totals):
+                self.add(r)
+
+    def add(self, record: SummaryRecord) -> None:
+        """Fold one record in."""
+        view = record.view
+        if view == "window":
+            self.windows[record.index] = record
+            if len(self.windows) > 2 * self.recent:
+                self._trim(self.windows)
+        elif view == "phase":
+            by_occ = self.phases.setdefault(record.name, {})
+            by_occ[record.index] = record
+            if len(by_occ) > 2 * self.recent:
+                self._trim(by_occ)
+        elif view == "phase_total":
+            self.totals[record.name] = record
+        elif view == "cumulative":
+            self.base = record
+
+    def _trim(self, rows: dict[int, SummaryRecord]) -> None:
+        for key in sorted(rows)[:-self.recent]:
+            del rows[key]
+
+    def keeps(self, view: str, name: str, indices: Iterable[int]) -> set[int]:
+        """Which of these window indices / occurrences of ``name`` the state would keep."""
+        rows = self.windows if view == "window" else self.phases.get(name, {})
+        top = sorted({*rows, *indices})[-self.recent:]
+        return set(top)
+
+    def state(self) -> SummaryState:
+        """The folded state."""
+        base = self.base
+        if base is None:
+            base = SummaryRecord(schema=SCHEMA_VERSION, job="", view="cumulative", start_ns=0,
+                                 end_ns=0, span_ns=0, metrics=_zero_metrics(), devices=[])
+        fields = {f: getattr(base, f) for f in SummaryRecord.__struct_fields__}
+        n = self.recent
+        windows = [self.windows[k] for k in sorted(self.windows)[-n:]]
+        phases = [by_occ[k] for by_occ in self.phases.values() for k in sorted(by_occ)[-n:]]
+        phases.sort(key=lambda r: (r.start_ns, r.name, r.index))
+        return SummaryState(**fields, windows=windows, phases=phases,
+                            phase_totals=[self.totals[k] for k in sorted(self.totals)],
+                            recent=n)
+
+
+def fold(records: Iterable[SummaryRecord], state: SummaryState | None = None, *,
+         recent: int = DEFAULT_RECENT) -> SummaryState:
+    """Fold records into a state: the latest cumulative record, the latest row of the
+    ``recent`` highest windows and of the ``recent`` highest occurrences of each phase name,
+    and the latest total of every phase name (see ``SummaryFolder``)."""
+    folder = SummaryFolder(state, recent)
     for record in records:
-        if record.view == "window":
-            windows[_key(record)] = record
-        elif record.view == "phase":
-            phases[_key(record)] = record
-        else:
-            base = record
-    if base is None:
-        base = SummaryRecord(schema=SCHEMA_VERSION, job="", view="cumulative", start_ns=0,
-                             end_ns=0, span_ns=0, metrics=_zero_metrics(), devices=[])
-    fields = {f: getattr(base, f) for f in SummaryRecord.__struct_fields__}
-    return SummaryState(**fields,
-                        windows=sorted(windows.values(), key=lambda r: r.index),
-                        phases=sorted(phases.values(), key=lambda r: (r.start_ns, r.name,
-                                                                       r.index)))
+        folder.add(record)
+    return folder.state()
 
 
 def _zero_metrics() -> Metrics:
@@ -265,15 +371,19 @@ def _zero_metrics() -> Metrics:
                    orchestration_efficiency=0.0, parallel_efficiency=0.0)
 
 
-def load_summary(path: str | os.PathLike[str]) -> tuple[SummaryState, list[SummaryRecord]]:
-    """Read a ``summary.jsonl`` (folded) or a ``summary.json``; return the state and history.
-
-    The history is the cumulative records in file order (empty for a ``.json`` state).
-    """
+def load_summary(path: str | os.PathLike[str], *, recent: int = DEFAULT_RECENT,
+                 ) -> tuple[SummaryState, list[SummaryRecord]]:
+    """Read a ``summary.jsonl`` (folded as it is read) or a ``summary.json``; return the state
+    and history: the cumulative records in file order (empty for a ``.json`` state)."""
     p = Path(path)
     if p.suffix == ".jsonl":
-        records, _ = read_records(p)
-        return fold(records), [r for r in records if r.view == "cumulative"]
+        folder = SummaryFolder(recent=recent)
+        history: list[SummaryRecord] = []
+        for record in iter_records(p):
+            folder.add(record)
+            if record.view == "cumulative":
+                history.append(record)
+        return folder.state(), history
     return decode_state(p.read_bytes()), []
 
 
@@ -327,8 +437,9 @@ def _device_table(record: SummaryRecord, limit: int) -> list[str]:
     return lines
 
 
-def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int) -> list[str]:
-    head = f"  {'phase':<16} {'#':>5}" if phase else f"  {'window start (UTC)':<22}"
+def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
+                    count: str = "#") -> list[str]:
+    head = f"  {'phase':<16} {count:>5}" if phase else f"  {'window start (UTC)':<22}"
     lines = [f"{head} {'span':>10} {'PE':>7} {'LB':>7} {'CE':>7} {'OE':>7} {'devices':>7}"]
     import datetime as _dt
 
@@ -360,10 +471,15 @@ def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40)
             lines += _device_table(state, limit)
         return "\n".join(lines) + "\n"
     rows = state.windows if view == "window" else state.phases
+    if view == "phase" and state.phase_totals:
+        lines.append("per phase name, all instances (span = sum of instance spans):")
+        lines += _interval_table(state.phase_totals, True, limit, count="count")
     if not rows:
         lines.append(f"no {view} rows yet")
         return "\n".join(lines) + "\n"
-    lines.append(f"per {view}:")
+    bound = f" the latest {state.recent}{' per name' if view == 'phase' else ''} are kept" \
+        if state.recent else ""
+    lines.append(f"per {view}:{bound}")
     lines += _interval_table(rows, view == "phase", limit)
     latest = rows[-1]
     lines.append(f"latest {view}: " + verdict(latest.metrics, latest.span_ns))
@@ -403,6 +519,26 @@ def prometheus_text(state: SummaryState) -> str:
         for d in state.devices:
             out.append(f'{name}{{job="{job}",host="{_label(d.host)}",device="{d.device}"}} '
                        f"{_num(getattr(d, field + '_ns') / 1e9)}")
+    if state.phase_totals:
+        for field, help_text in (
+            ("parallel_efficiency", "parallel efficiency over all instances of a phase name"),
+            ("load_balance", "load balance over all instances of a phase name"),
+            ("communication_efficiency", "communication efficiency over all instances"),
+            ("orchestration_efficiency", "orchestration efficiency over all instances"),
+        ):
+            name = f"prvstream_phase_{field}"
+            out += [f"# HELP {name} {help_text}, fraction", f"# TYPE {name} gauge"]
+            out += [f'{name}{{job="{job}",phase="{_label(r.name)}"}} '
+                    f"{_num(getattr(r.metrics, field))}" for r in state.phase_totals]
+        for name, help_text, attr in (
+            ("prvstream_phase_instances", "instances of a phase name so far", "index"),
+            ("prvstream_phase_seconds", "sum of the spans of a phase name's instances",
+             "span_ns"),
+        ):
+            scale = 1e9 if attr == "span_ns" else 1.0
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            out += [f'{name}{{job="{job}",phase="{_label(r.name)}"}} '
+                    f"{_num(getattr(r, attr) / scale)}" for r in state.phase_totals]
     return "\n".join(out) + "\n"
 
 

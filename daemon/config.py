@@ -69,6 +69,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     phase_pattern: str = r"(?i)^(train_)?(step|iteration|iter)\b"
     #: GPU idle gaps longer than this (ns) are counted as gaps in the summaries
     gap_threshold_ns: int = 1_000_000
+    #: summary.json keeps the latest this many windows and instances of each phase name
+    #: (summary.jsonl keeps everything)
+    summary_recent: int = 64
     #: bytes reserved for the .prv header so that it can be rewritten in place
     header_capacity: int = 4096
     log_level: LogLevel = "info"
@@ -87,6 +90,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ("skew_allowance", self.skew_allowance >= 0, "must not be negative"),
             ("window", self.window > 0, "must be positive"),
             ("gap_threshold_ns", self.gap_threshold_ns >= 0, "must not be negative"),
+            ("summary_recent", self.summary_recent >= 1, "must be at least 1"),
             ("header_capacity", self.header_capacity >= 256, "must be at least 256 bytes"),
         ]
         for key, ok, why in checks:

@@ -42,7 +42,7 @@ from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
 from prvstream.sinks.files import atomic_write, fsync_dir
-from prvstream.sinks.summary import encode_record
+from prvstream.sinks.summary import SummaryWriter, encode_record
 
 __all__ = [
     "ConvertResult",
@@ -308,11 +308,13 @@ def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int],
 
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
-            progress: Callable[[int, int], None] | None = None) -> ConvertResult:
+            progress: Callable[[int, int], None] | None = None,
+            summary_jsonl: Path | None = None) -> ConvertResult:
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
-    tables and replayed into the efficiency model in canonical report order afterwards.
+    tables and replayed into the efficiency model in canonical report order afterwards; its
+    records stream into ``summary_jsonl`` as each report ends (else they are dropped).
     """
     paths, failed = expand_inputs(inputs)
     reports: list[PreparedReport] = []
@@ -337,13 +339,32 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         spools[rep.path] = ReportSpool()
         return spools[rep.path]
 
+    history = None
+    if model is not None and summary_jsonl is not None:
+        part = summary_jsonl.with_name(f".{summary_jsonl.name}.part")
+        part.unlink(missing_ok=True)
+        history = SummaryWriter(part)
+
+    def publish_updates(m: EfficiencyModel) -> None:
+        if history is None:
+            m.discard_updates()
+        else:  # records are built and written one slice at a time
+            history.append_many(m.iter_updates())
+
     try:
         result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
         if model is not None and spools:
             for rep in sorted(reports, key=lambda r: r.sort_key):
                 spools[rep.path].replay(model)
-                model.take_updates()  # only the final state is written: drop the history
+                publish_updates(model)
+        elif model is not None:
+            publish_updates(model)
+        if history is not None and summary_jsonl is not None:
+            history.publish(summary_jsonl)
+            history = None
     finally:
+        if history is not None:
+            history.path.unlink(missing_ok=True)
         for rep in reports:
             rep.close()
         for spool in spools.values():
@@ -387,15 +408,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if sys.stderr.isatty() and not args.no_progress:
         progress = _Progress()
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=32768,
-                            gap_threshold_ns=settings.gap_threshold_ns)
+                            gap_threshold_ns=settings.gap_threshold_ns,
+                            recent=settings.summary_recent)
+    history = out.with_name(out.name + ".summary.jsonl")
     try:
-        result = convert(args.inputs, out, settings, model=model, progress=progress)
+        result = convert(args.inputs, out, settings, model=model, progress=progress,
+                         summary_jsonl=history)
     finally:
         if progress is not None:
             progress.close()
     summary_path = out.with_name(out.name + ".summary.json")
     atomic_write(summary_path, encode_record(model.state()))
-    result.outputs.append(str(summary_path))
+    result.outputs += [str(summary_path), str(history)]
     rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
     sys.stdout.write(
         f"prvstream: {len(result.reports)} report(s) -> {out}.prv "

@@ -125,7 +125,8 @@ class LiveTrace:
 
     def _new_model(self) -> EfficiencyModel:
         return EfficiencyModel(self.name, window_ns=int(self.settings.window * _NS),
-                               gap_threshold_ns=self.settings.gap_threshold_ns)
+                               gap_threshold_ns=self.settings.gap_threshold_ns,
+                               recent=self.settings.summary_recent)
 
     @property
     def end_time(self) -> int:
@@ -203,9 +204,10 @@ class LiveTrace:
                 for _ in report_stream(rep, ctx, info, self.settings.chunk_rows, self.model,
                                        Counter()):
                     pass
+                self.model.discard_updates()  # already in summary.jsonl
             finally:
                 rep.close()
-        self.model.take_updates()  # already in summary.jsonl
+        self.model.discard_updates()
 
     # -- publishing ------------------------------------------------------------------------
     def _header(self) -> bytes:
@@ -251,9 +253,10 @@ class LiveTrace:
 
     def _publish_summary(self) -> None:
         writer = SummaryWriter(self.summary_jsonl)
-        updates = self.model.take_updates()
-        if updates:
-            self.journal.state.summary_length = writer.append_many(updates)
+        before = writer.length
+        length = writer.append_many(self.model.iter_updates())  # streamed, never all held
+        if length != before:
+            self.journal.state.summary_length = length
         self.out.replace(self.summary_json.name, encode_record(self.model.state()))
 
     # -- appending -------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 The target is a job directory (``JOB/prvstream/summary.jsonl``, ``JOB/summary.jsonl``, or the
 ``summary.json`` beside them), a ``summary.jsonl``, a ``summary.json`` or a convert
-``OUT.summary.json``. ``--follow`` re-reads new lines like ``tail -f`` until Ctrl-C.
+``OUT.summary.json`` (or ``OUT.summary.jsonl``). ``--follow`` re-reads new lines like
+``tail -f`` until Ctrl-C. ``--view phase`` shows each phase name's total over all its
+instances, then the latest instances.
 """
 
 from __future__ import annotations
@@ -88,8 +90,9 @@ def _outputs(args: argparse.Namespace, state: SummaryState,
 class _Follower:
     """Incremental reader of a growing summary.jsonl (or a replaced summary.json)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, recent: int) -> None:
         self.path = path
+        self.recent = recent
         self.offset = 0
         self.stamp: tuple[int, int, int] | None = None
         self.state: SummaryState | None = None
@@ -129,7 +132,7 @@ class _Follower:
         records, self.offset = read_records(self.path, self.offset)
         self.tail = self._read_tail()
         if records:
-            self.state = fold(records, self.state)
+            self.state = fold(records, self.state, recent=self.recent)
             self.history += [r for r in records if r.view == "cumulative"]
         return records
 
@@ -140,7 +143,7 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     view: str = args.view
     if not args.follow:
         path = resolve_target(args.target)
-        state, history = load_summary(path)
+        state, history = load_summary(path, recent=settings.summary_recent)
         if args.json:
             stream.write(_json_line(_latest(state, view)))
         else:
@@ -148,7 +151,8 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
         _outputs(args, state, history)
         return 0
     path = resolve_target(args.target, must_exist=False)
-    follower = _Follower(path)
+    follower = _Follower(path, settings.summary_recent)
+    views = {view, "phase_total"} if view == "phase" else {view}
     tty = hasattr(stream, "isatty") and stream.isatty()
     interval = max(float(args.interval), 0.01)
     log.debug("summary_follow", path=str(path), view=view)
@@ -158,11 +162,11 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
                     and Path(args.target).is_dir():
                 follower.path = resolve_target(args.target, must_exist=False)
             new = follower.poll()
-            relevant = [r for r in new if r.view == view or follower.path.suffix != ".jsonl"]
+            relevant = [r for r in new if r.view in views or follower.path.suffix != ".jsonl"]
             if relevant and follower.state is not None:
                 if args.json:
                     for r in relevant:
-                        stream.write(_json_line(r if r.view == view
+                        stream.write(_json_line(r if r.view in views
                                                 else _latest(follower.state, view)))
                 elif tty:
                     stream.write("\x1b[H\x1b[2J" + render_table(follower.state, view))

@@ -30,7 +30,7 @@ import msgspec
 import structlog
 
 from prvstream.sinks.errors import OutputConflict, PrvstreamError
-from prvstream.sinks.files import atomic_write
+from prvstream.sinks.files import atomic_write, fsync_dir
 
 __all__ = [
     "DEFAULT_RECENT",
@@ -249,6 +249,16 @@ class SummaryWriter:
         log.info("summary_truncated", path=str(self.path), length=length,
                  dropped=self._length - length if self._length > length else 0)
         self._length = length
+
+    def publish(self, path: str | os.PathLike[str]) -> None:
+        """Rename the (complete, fsynced) file to ``path`` atomically; never over a symlink."""
+        target = Path(path)
+        if target.is_symlink():
+            raise OutputConflict(f"{target} is a symlink; prvstream never writes through "
+                                 f"symlinks, remove it or choose another output name")
+        os.replace(self.path, target)
+        fsync_dir(target.parent)
+        self.path = target
 
     @staticmethod
     def write_state(state: SummaryState, path: str | os.PathLike[str]) -> None:

@@ -407,7 +407,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = None
     if sys.stderr.isatty() and not args.no_progress:
         progress = _Progress()
-    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=32768,
+    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
                             gap_threshold_ns=settings.gap_threshold_ns,
                             recent=settings.summary_recent)
     history = out.with_name(out.name + ".summary.jsonl")

@@ -345,6 +345,7 @@ def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> S
         cur.execute(sql)
         while rows := cur.fetchmany(chunk_rows):
             chunk = rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT)
+            del rows  # not kept alive while the stream is suspended
             send = chunk["start"] + ctx.offset
             recv = chunk["recv"] + ctx.offset
             s_task, s_thread = ctx.cpu_objects(chunk["gtid"])

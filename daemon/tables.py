@@ -212,6 +212,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
                     f"{export.path}: the {kind} rows hold a value that is not an integer "
                     f"({exc}); this is not an intact Nsight Systems export, re-export it"
                 ) from exc
+            del rows  # a suspended stream must not keep its fetched tuples alive
             yield chunk
     finally:
         with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first

@@ -192,3 +192,32 @@ def test_follow_rereads_after_truncation(tmp_path: Path) -> None:
             proc.kill()
             proc.wait(timeout=10)
         proc.stdout.close()  # type: ignore[union-attr]
+
+
+def test_convert_writes_a_bounded_state_and_the_full_history(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from prvstream.daemon.synth import SynthSpec, write_export
+    from prvstream.sinks.summary import decode_state, iter_records
+
+    exports = [write_export(tmp_path / f"r{r}.sqlite", SynthSpec(ranks=2, steps=12), r)
+               for r in range(2)]
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("summary_recent = 5\nwindow = 0.01\n")
+    out = tmp_path / "out"
+    assert cli("convert", *map(str, exports), "-o", str(out), "--no-progress",
+               "--config", str(cfg)) == 0
+    capsys.readouterr()
+    state = decode_state((tmp_path / "out.summary.json").read_bytes())
+    history = list(iter_records(tmp_path / "out.summary.jsonl"))
+    instances = {(r.name, r.index) for r in history if r.view == "phase"}
+    assert len(instances) == 12 and state.recent == 5
+    assert [p.index for p in state.phases] == list(range(7, 12))
+    assert len(state.windows) == 5 < len({r.index for r in history if r.view == "window"})
+    (total,) = state.phase_totals
+    assert total.index == 12 and len(total.devices) == 2
+    assert not list(tmp_path.glob(".*.part"))
+    assert cli("summary", str(tmp_path / "out.summary.jsonl"), "--view", "phase",
+               "--config", str(cfg)) == 0
+    text = capsys.readouterr().out
+    assert "per phase name, all instances" in text and total.name in text
+    assert "the latest 5 per name are kept" in text

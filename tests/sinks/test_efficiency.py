@@ -379,3 +379,116 @@ def test_state_is_the_fold_of_everything_published() -> None:
     assert state == fold(published)
     assert [w.reports for w in state.windows] == [1, 1, 2]
     assert [len(w.devices) for w in state.windows] == [1, 1, 2]
+
+
+# --- bounded state, per-name totals, lazy updates ---------------------------------------------
+
+
+def _many_phases(n_steps: int, ranks: int = 2) -> list[tuple[ReportInfo, np.ndarray, np.ndarray]]:
+    """``ranks`` single-GPU reports, each with ``n_steps`` "step" and n_steps // 3 "eval"
+    phases (100 ns each, a compute kernel in each half) over 10 ns windows."""
+    out = []
+    for r in range(ranks):
+        rows, prow = [], []
+        for i in range(n_steps):
+            t = 100 * i
+            rows += [(t + 5 + r, t + 40, 0, 0, C), (t + 50, t + 70 + 5 * r, 0, 1, N)]
+            prow.append((t, t + 100, 0, 0))
+            if i % 3 == 0:
+                prow.append((t + 20, t + 60, 0, 1))
+        info = report(f"r{r}", f"n{r}", 10 + r, r, [0], 0, 100 * n_steps,
+                      phase_names=["step", "eval"])
+        out.append((info, acts(rows), phases(sorted(prow))))
+    return out
+
+
+def test_state_is_bounded_and_phase_totals_sum_the_instance_history() -> None:
+    from prvstream.sinks.summary import fold
+
+    recent = 8
+    model = EfficiencyModel("j", window_ns=1000, gap_threshold_ns=3, flush_rows=7,
+                            recent=recent)
+    history: list[SummaryRecord] = []
+    for info, a, p in _many_phases(90):
+        feed_report(model, info, a, p, chunk_rows=13)
+        history += model.iter_updates()
+    state = model.state()
+    assert state.recent == recent
+    assert [w.index for w in state.windows] == list(range(1, 9))  # the latest 8 of 0..8
+    by_name: dict[str, list[int]] = {}
+    for rec in state.phases:
+        by_name.setdefault(rec.name, []).append(rec.index)
+    assert sorted(by_name["step"]) == list(range(82, 90))
+    assert sorted(by_name["eval"]) == list(range(22, 30))
+    assert state == fold(history, recent=recent)
+    # per-name totals equal the sum over the latest record of every instance in the history
+    latest = {(r.name, r.index): r for r in history if r.view == "phase"}
+    assert [t.name for t in state.phase_totals] == ["eval", "step"]
+    for total in state.phase_totals:
+        inst = [r for (name, _), r in latest.items() if name == total.name]
+        assert total.index == len(inst) == (90 if total.name == "step" else 30)
+        assert total.span_ns == sum(r.span_ns for r in inst)
+        assert total.start_ns == min(r.start_ns for r in inst)
+        assert total.end_ns == max(r.end_ns for r in inst)
+        for d in total.devices:
+            rows = [x for r in inst for x in r.devices if (x.host, x.device) == (d.host, d.device)]
+            for key in ("useful_ns", "comm_ns", "overlap_ns", "gaps", "gap_ns"):
+                assert getattr(d, key) == sum(getattr(x, key) for x in rows), key
+            assert d.inflight_ns[1:] == [sum(x.inflight_ns[k] for x in rows) for k in (1, 2, 3, 4)]
+            assert d.useful_ns + d.comm_ns + d.idle_ns == total.span_ns
+        assert_identity(total.metrics)
+
+
+def test_fold_gives_the_same_bounded_state_however_records_are_grouped() -> None:
+    from prvstream.sinks.summary import SummaryFolder, fold
+
+    model = EfficiencyModel("j", window_ns=500, gap_threshold_ns=3, recent=4)
+    history: list[SummaryRecord] = []
+    for info, a, p in _many_phases(40, ranks=3):
+        feed_report(model, info, a, p)
+        history += model.take_updates()
+    whole = fold(history, recent=4)
+    stepwise = None
+    for i in range(0, len(history), 17):
+        stepwise = fold(history[i:i + 17], stepwise, recent=4)
+    folder = SummaryFolder(recent=4)
+    for rec in history:
+        folder.add(rec)
+    assert whole == stepwise == folder.state() == model.state()
+    assert len(whole.phases) == 8 and len(whole.windows) == 4
+
+
+def test_lazy_updates_equal_eager_ones_and_unconsumed_updates_are_kept() -> None:
+    inputs = _many_phases(30)
+    eager = EfficiencyModel("j", window_ns=700, recent=3)
+    per_report: list[SummaryRecord] = []
+    for info, a, p in inputs:
+        feed_report(eager, info, a, p)
+        per_report += eager.take_updates()
+    late = EfficiencyModel("j", window_ns=700, recent=3)
+    for info, a, p in inputs:  # not consumed between reports: built before time moves on
+        feed_report(late, info, a, p)
+    assert late.take_updates() == per_report
+    assert late.take_updates() == []
+    dropped = EfficiencyModel("j", window_ns=700, recent=3)
+    for info, a, p in inputs:
+        feed_report(dropped, info, a, p)
+        dropped.discard_updates()
+    assert dropped.state() == eager.state() == late.state()
+    # per report: 2 name totals, the cumulative record, windows 0..4, 30 + 10 instances
+    assert len(per_report) == 2 * (2 + 1 + 5 + 30 + 10)
+
+
+def test_phase_instances_merge_across_reports_in_the_compact_table() -> None:
+    # two ranks, the second arriving later, add to the same instance (name, occurrence)
+    model = EfficiencyModel("j", window_ns=10**6, gap_threshold_ns=0, recent=2)
+    inputs = _many_phases(6)
+    feed_report(model, *inputs[0])
+    first = {(r.name, r.index): r for r in model.take_updates() if r.view == "phase"}
+    feed_report(model, *inputs[1])
+    second = {(r.name, r.index): r for r in model.take_updates() if r.view == "phase"}
+    assert set(first) == set(second)
+    for key, rec in second.items():
+        assert len(first[key].devices) == 1 and len(rec.devices) == 2
+        assert rec.devices[0] == first[key].devices[0]  # rank 0's time is kept as it was
+        assert rec.devices[1].useful_ns > 0

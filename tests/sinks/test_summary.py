@@ -218,3 +218,54 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path,
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PrvstreamError, match=r"prvstream\[plot\]"):
         plot_summary(_state(1, 1, 1), [], tmp_path / "out.png")
+
+
+def test_append_many_streams_a_generator_and_rolls_back_a_failure(tmp_path: Path) -> None:
+    model = EfficiencyModel("j", window_ns=250)
+    for info, act, ph in _inputs():
+        feed_report(model, info, act, ph)
+    records = model.take_updates()
+    writer = SummaryWriter(tmp_path / "summary.jsonl")
+    length = writer.append_many(r for r in records)
+    assert length == sum(len(encode_record(r)) for r in records)
+    assert read_records(writer.path)[0] == records
+
+    def broken():  # type: ignore[no-untyped-def]
+        yield from records
+        raise RuntimeError("model failed mid-way")
+
+    with pytest.raises(RuntimeError):
+        writer.append_many(broken())
+    assert writer.path.stat().st_size == writer.length == length  # nothing half-committed
+    assert writer.append_many(iter(())) == length
+
+
+def test_state_lists_name_totals_and_older_readers_still_end_on_cumulative(
+        tmp_path: Path) -> None:
+    model = EfficiencyModel("j", window_ns=250, recent=1)
+    for info, act, ph in _inputs():
+        feed_report(model, info, act, ph)
+    records = model.take_updates()
+    # a reader before schema 2 took any unknown view for the cumulative one: each update
+    # still ends its non-window, non-phase records on the cumulative record
+    last_other = [r.view for r in records if r.view not in ("window", "phase")][-1]
+    assert last_other == "cumulative"
+    state = model.state()
+    assert state.recent == 1 and [p.index for p in state.phases] == [1]
+    assert [w.index for w in state.windows] == [6_800_000_000_000_003]
+    (total,) = state.phase_totals
+    assert (total.view, total.name, total.index, total.span_ns) == ("phase_total", "step", 2,
+                                                                     1000)
+    assert decode_state(msgspec.json.encode(state)) == state
+    table = render_table(state, "phase")
+    assert "per phase name, all instances" in table and "step" in table
+    prom = prometheus_text(state)
+    assert 'prvstream_phase_parallel_efficiency{job="j",phase="step"}' in prom
+    assert 'prvstream_phase_instances{job="j",phase="step"} 2.0' in prom
+    # an older state (schema 1) without the new fields still loads
+    raw = msgspec.json.decode(msgspec.json.encode(state))
+    for key in ("phase_totals", "recent"):
+        raw.pop(key)
+    raw["schema"] = 1
+    old = decode_state(msgspec.json.encode(raw))
+    assert old.phase_totals == [] and old.recent == 0

@@ -284,8 +284,8 @@ class EfficiencyModel:
         rep = self._require_report()
         if len(batch) == 0:
             return
-        s = batch["start"].astype(np.int64) + rep.origin
-        e = batch["end"].astype(np.int64) + rep.origin
+        s = batch["start"] + np.int64(rep.origin)  # int64 fields: no astype copy
+        e = batch["end"] + np.int64(rep.origin)
         if int(s[0]) < rep.frontier or (len(s) > 1 and bool((s[1:] < s[:-1]).any())):
             raise ValueError("activity batches must arrive in non-decreasing start order "
                              "(see the Sink protocol in prvstream.sinks.base)")
@@ -515,8 +515,9 @@ class EfficiencyModel:
             comp = n0 > 0
             comm = (n_all - n0) > 0
             k = n0 + n1
-            ind = np.stack([comp, ~comp & comm, comp & comm, k == 1, k == 2, k == 3, k >= 4],
-                           axis=1).astype(np.int64)
+            # one row per measure (contiguous rows make the running sums below cheap)
+            ind = np.stack([comp, ~comp & comm, comp & comm, k == 1, k == 2, k == 3, k >= 4]
+                           ).astype(np.int64)
             self._attribute(rep, gid, edges, length, ind)
             self._gaps(rep, gid, sw, edges, n_all > 0)
         open_ = e > hi
@@ -546,24 +547,28 @@ class EfficiencyModel:
 
     def _attribute(self, rep: _Report, gid: int, edges: np.ndarray, length: np.ndarray,
                    ind: np.ndarray) -> None:
-        """Add the measures of segments [edges[i], edges[i+1]) to cumulative, windows, phases."""
-        cum = np.zeros((len(length) + 1, _N_MEASURES), np.int64)
-        np.cumsum(ind * length[:, None], axis=0, out=cum[1:])
+        """Add the measures of segments [edges[i], edges[i+1]) to cumulative, windows, phases.
+
+        ``ind`` holds one row per measure: 1 where the segment counts for it."""
+        cum = np.zeros((_N_MEASURES, len(length) + 1), np.int64)
+        np.cumsum(ind * length, axis=1, out=cum[:, 1:])
+        total = cum[:, -1]
         dev = self._devices[gid]
-        dev.totals[:_N_MEASURES] += cum[-1]
+        dev.totals[:_N_MEASURES] += total
         lo, hi = int(edges[0]), int(edges[-1])
 
         def upto(q: np.ndarray) -> np.ndarray:
+            """The measures over [lo, q) for each instant q, one row per q."""
             q = np.clip(q, lo, hi)
             j = np.clip(np.searchsorted(edges, q, "right") - 1, 0, len(length) - 1)
-            out: np.ndarray = cum[j] + ind[j] * (q - edges[j])[:, None]
+            out: np.ndarray = (cum[:, j] + ind[:, j] * (q - edges[j])).T
             return out
 
         w = self.window_ns
         k0, k1 = lo // w, (hi - 1) // w
         if k0 == k1:
             slots = self._window_rows(dev, (k0,))
-            dev.windows[slots[0], :_N_MEASURES] += cum[-1]
+            dev.windows[slots[0], :_N_MEASURES] += total
         else:
             ks = np.arange(k0, k1 + 1, dtype=np.int64)
             per_window = np.diff(upto(np.append(ks, ks[-1] + 1) * w), axis=0)

@@ -28,11 +28,11 @@ from prvstream.daemon.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.numbering import Numbering
 from prvstream.daemon.pipeline import (
     PreparedReport,
-    first_seen_of,
     objects_of,
     prepare,
     report_context,
     report_stream,
+    value_labels_of,
 )
 from prvstream.daemon.readiness import export_with_nsys
 from prvstream.daemon.records import memop_labels, mpi_type, nvtx_type
@@ -167,18 +167,15 @@ def _check_output(path: Path) -> None:
         raise OutputConflict(f"{path} is a symlink; choose another output path")
 
 
-def canonical_numbering(ordered: list[PreparedReport], origin: int) -> Numbering:
+def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
     """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
-    seen: dict[str, dict[str, int]] = {}
+    values: dict[str, set[str]] = {}
     objects = []
     for rep in ordered:
         objects.extend(objects_of(rep))
-        for group, labels in first_seen_of(rep, origin).items():
-            target = seen.setdefault(group, {})
-            for label, t in labels.items():
-                if label not in target or t < target[label]:
-                    target[label] = t
-    numbering = Numbering.canonical(objects, seen)
+        for group, labels in value_labels_of(rep).items():
+            values.setdefault(group, set()).update(labels)
+    numbering = Numbering.canonical(objects, values)
     if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:
         log.warning("paraver_object_limit", tasks=len(numbering.tasks),
                     limit=pv.MAX_PARAVER_OBJECTS)
@@ -214,7 +211,7 @@ def write_trace(
     if origin is None:
         origin = min(r.wall_start for r in ordered)
     if numbering is None:
-        numbering = canonical_numbering(ordered, origin)
+        numbering = canonical_numbering(ordered)
     live_numbering = numbering
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 

@@ -169,11 +169,11 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
-    """Distinct objects and values of an export, from small aggregate scans per table.
+    """Distinct objects and values of an export, from DISTINCT scans per table (no sorts).
 
-    ``first_seen[kind]`` lists ``(value, min_start)`` sorted by ``(min_start, value)``; values
-    are string ids (kernel shortName, runtime/osrt nameId, NVTX textId or negative interned
-    inline text, MPI textId, graph name), or enum ids (memcpy copyKind, sync syncType, openacc
+    ``values[kind]`` lists the distinct values, sorted; they are string ids (kernel
+    shortName, runtime/osrt nameId, NVTX textId or negative interned inline text, MPI textId,
+    graph name), or enum ids (memcpy copyKind, sync syncType, openacc
     eventKind, GPU metricId). Extra key: ``nvtx_domain`` (domainId).
     """
 
@@ -187,7 +187,7 @@ class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
     processes: list[int]
     #: rows per kind (only kinds with rows)
     counts: dict[str, int]
-    first_seen: dict[str, list[tuple[int, int]]]
+    values: dict[str, list[int]]
     #: (gpu, metricId) pairs of GPU_METRICS
     gpu_metrics: list[tuple[int, int]] = msgspec.field(default_factory=list)
     #: (globalPid, streamId, deviceId as written, device it belongs to) of sync rows
@@ -475,23 +475,21 @@ class Export:
         return out
 
     def inline_ids(self) -> dict[str, int]:
-        """Negative ids of inline NVTX texts, numbered by first appearance (start, text)."""
+        """Negative ids of inline NVTX texts, numbered in text order."""
         if self._inline_ids is None:
-            found: list[tuple[int, str]] = []
+            found: list[str] = []
             if self.has("NVTX_EVENTS", "text") and self.has("NVTX_EVENTS", "eventType"):
                 tid_null = "textId IS NULL AND " if self.has("NVTX_EVENTS", "textId") else ""
-                found = [(int(s), str(t)) for t, s in self._con.execute(
-                    f"SELECT text, MIN(start) FROM NVTX_EVENTS WHERE {tid_null}text IS NOT NULL"
-                    f" AND {_NVTX_WHERE} GROUP BY text")]
+                found = [str(t) for (t,) in self._con.execute(
+                    f"SELECT DISTINCT text FROM NVTX_EVENTS WHERE {tid_null}text IS NOT NULL"
+                    f" AND {_NVTX_WHERE}")]
             self._intern_sorted(found)
         assert self._inline_ids is not None
         return self._inline_ids
 
-    def _intern_sorted(self, found: list[tuple[int, str]]) -> None:
-        found.sort()
+    def _intern_sorted(self, found: list[str]) -> None:
         self._inline_ids = {}
-        for start_text in found:
-            text = start_text[1]
+        for text in sorted(found):
             if text not in self._inline_ids:
                 nid = -(len(self._inline_ids) + 2)  # -1 stays "no string"
                 self._inline_ids[text] = nid
@@ -616,7 +614,8 @@ _q = quote_identifier
 
 
 class _Planner:
-    """Builds an ExportPlan: every table is scanned once with GROUP BY, never sorted."""
+    """Builds an ExportPlan from COUNT and DISTINCT scans: SQLite keeps a small b-tree of the
+    distinct values and never sorts a table (a GROUP BY would sort every row)."""
 
     def __init__(self, export: Export) -> None:
         self.x = export
@@ -625,29 +624,24 @@ class _Planner:
         self.sync_keys: set[tuple[int, int, int]] = set()
         self.threads: set[int] = set()
         self.counts: dict[str, int] = {}
-        self.first: dict[str, dict[int, int]] = {}
+        self.values: dict[str, set[int]] = {}
         self.metrics: set[tuple[int, int]] = set()
 
     def _col(self, table: str, col: str, default: str = "-1") -> str:
         return f"COALESCE({_q(col)}, {default})" if self.x.has(table, col) else default
 
-    def _see(self, kind: str, value: int, start: int) -> None:
-        d = self.first.setdefault(kind, {})
-        old = d.get(value)
-        if old is None or start < old:
-            d[value] = start
+    def _see(self, kind: str, value: int) -> None:
+        self.values.setdefault(kind, set()).add(value)
 
     def _count(self, kind: str, n: int) -> None:
         if n:
             self.counts[kind] = self.counts.get(kind, 0) + n
 
-    def _first_seen(self, key: str, table: str, column: str, start: str = "start",
-                    where: str = "") -> None:
-        """Earliest start of every value of ``column`` (one small aggregate per column: much
-        cheaper in SQLite than one GROUP BY over every key column together)."""
-        sql = f"SELECT {column}, MIN({_q(start)}) FROM {_q(table)}{where} GROUP BY 1"
-        for v, first in self.x.rows(sql):
-            self._see(key, int(v), int(first))  # type: ignore[call-overload]
+    def _distinct(self, key: str, table: str, column: str, where: str = "") -> None:
+        """Every value of ``column`` (one DISTINCT per column: much cheaper in SQLite than one
+        over every key column together)."""
+        for (v,) in self.x.rows(f"SELECT DISTINCT {column} FROM {_q(table)}{where}"):
+            self._see(key, int(v))  # type: ignore[call-overload]
 
     def _gpu(self, kind: str, table: str, values: list[tuple[str, str]]) -> None:
         """GPU activity table: stream keys plus named values (kind key, column)."""
@@ -660,7 +654,7 @@ class _Planner:
             self._count(kind, int(count))  # type: ignore[call-overload]
         for key_name, c in values:
             column = self._col(table, c) if c in _ID_COLUMNS else wrap_i4(self._col(table, c))
-            self._first_seen(key_name, table, column)
+            self._distinct(key_name, table, column)
 
     def _cpu(self, kind: str, src: KindSource, value: str | None, key: str | None = None,
              extra: str | None = None, extra_key: str | None = None) -> None:
@@ -671,9 +665,9 @@ class _Planner:
             self.threads.add(int(g))  # type: ignore[call-overload]
         for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(t)}{where}"):
             self._count(kind, int(count))  # type: ignore[call-overload]
-        self._first_seen(key or kind, t, value or "-1", src.start, where)
+        self._distinct(key or kind, t, value or "-1", where)
         if extra_key is not None:
-            self._first_seen(extra_key, t, extra or "0", src.start, where)
+            self._distinct(extra_key, t, extra or "0", where)
 
     def run(self) -> ExportPlan:
         x = self.x
@@ -700,22 +694,22 @@ class _Planner:
             self._nvtx(src)
         for src in x.sources("gpu_metrics"):
             t = src.table
-            sql = (f"SELECT {self._col(t, 'typeId')} & 255, {wrap_i4(self._col(t, 'metricId'))}, "
-                   f"MIN(timestamp), COUNT(*) FROM {_q(t)} GROUP BY 1, 2")
-            for gpu, metric, start, cnt in x.rows(sql):
+            sql = (f"SELECT DISTINCT {self._col(t, 'typeId')} & 255, "
+                   f"{wrap_i4(self._col(t, 'metricId'))} FROM {_q(t)}")
+            for gpu, metric in x.rows(sql):
                 self.metrics.add((int(gpu), int(metric)))  # type: ignore[call-overload]
-                self._count("gpu_metrics", int(cnt))  # type: ignore[call-overload]
-                self._see("gpu_metrics", int(metric), int(start))  # type: ignore[call-overload]
+                self._see("gpu_metrics", int(metric))  # type: ignore[call-overload]
+            for (count,) in x.rows(f"SELECT COUNT(*) FROM {_q(t)}"):
+                self._count("gpu_metrics", int(count))  # type: ignore[call-overload]
         sync_devices = self._place_syncs()
         by_proc: dict[int, list[int]] = {}
         for g in sorted(self.threads):
             by_proc.setdefault(process_of(g), []).append(g)
         procs = sorted(set(by_proc) | {s[0] for s in self.streams})
-        first = {k: sorted(((v, s) for v, s in d.items()), key=lambda p: (p[1], p[0]))
-                 for k, d in self.first.items()}
+        values = {k: sorted(d) for k, d in self.values.items()}
         return ExportPlan(streams=sorted(self.streams), threads=sorted(self.threads),
                           threads_by_process=by_proc, processes=procs, counts=self.counts,
-                          first_seen=first, gpu_metrics=sorted(self.metrics),
+                          values=values, gpu_metrics=sorted(self.metrics),
                           sync_devices=sync_devices)
 
     def _place_syncs(self) -> list[tuple[int, int, int, int]]:
@@ -741,30 +735,26 @@ class _Planner:
         return placed
 
     def _nvtx(self, src: KindSource) -> None:
-        """NVTX: text ids, inline texts (interned) and domains in one grouped scan."""
+        """NVTX: threads, text ids, inline texts (interned) and domains in one DISTINCT scan."""
         x, t = self.x, src.table
         has_text = x.has(t, "text")
         tid = self._col(t, "textId")
         inline = "CASE WHEN textId IS NULL THEN text END" if has_text and x.has(t, "textId") \
             else "text" if has_text else "NULL"
-        sql = (f"SELECT {self._col(t, 'globalTid')}, {tid}, {inline}, "
-               f"{self._col(t, 'domainId', '0')}, MIN(start), COUNT(*) FROM {_q(t)} "
-               f"WHERE {src.where} GROUP BY 1, 2, 3, 4")
-        inline_first: dict[str, int] = {}
-        rows: list[tuple[int, int, str | None, int, int]] = []
-        for g, v, txt, dom, start, cnt in x.rows(sql):
-            gi, st = int(g), int(start)  # type: ignore[call-overload]
-            self.threads.add(gi)
-            self._count("nvtx", int(cnt))  # type: ignore[call-overload]
-            self._see("nvtx_domain", int(dom), st)  # type: ignore[call-overload]
+        sql = (f"SELECT DISTINCT {self._col(t, 'globalTid')}, {tid}, {inline}, "
+               f"{self._col(t, 'domainId', '0')} FROM {_q(t)} WHERE {src.where}")
+        texts: set[str] = set()
+        rows: list[tuple[int, str | None]] = []
+        for g, v, txt, dom in x.rows(sql):
+            self.threads.add(int(g))  # type: ignore[call-overload]
+            self._see("nvtx_domain", int(dom))  # type: ignore[call-overload]
             if txt is not None:
-                s = str(txt)
-                old = inline_first.get(s)
-                if old is None or st < old:
-                    inline_first[s] = st
-            rows.append((gi, int(v), None if txt is None else str(txt), 0, st))  # type: ignore[call-overload]
+                texts.add(str(txt))
+            rows.append((int(v), None if txt is None else str(txt)))  # type: ignore[call-overload]
+        for (count,) in x.rows(f"SELECT COUNT(*) FROM {_q(t)} WHERE {src.where}"):
+            self._count("nvtx", int(count))  # type: ignore[call-overload]
         if x._inline_ids is None:
-            x._intern_sorted([(s, txt) for txt, s in inline_first.items()])
+            x._intern_sorted(list(texts))
         ids = x.inline_ids()
-        for _, v, txt, _, st in rows:
-            self._see("nvtx", ids[txt] if txt is not None else v, st)
+        for v, txt in rows:
+            self._see("nvtx", ids[txt] if txt is not None else v)

@@ -3,7 +3,7 @@
 Tasks are keyed by (host, pid), never pid alone; threads of a task by ``(0, tid, 0)`` for CPU
 threads and ``(1, device, stream)`` for GPU streams; event values by their label within a value
 group. Canonical order: tasks by MPI rank when known, else host then pid; threads CPU first by
-tid, then streams by (device, stream); values by first appearance in global time, then label.
+tid, then streams by (device, stream); values by label.
 A live numbering only ever appends, so published ids never change.
 """
 
@@ -134,13 +134,13 @@ class Numbering:
     def canonical(
         cls,
         tasks: Iterable[tuple[str, int, str, int | None, dict[ThreadKey, str]]],
-        first_seen: dict[str, dict[str, int]],
+        values: dict[str, set[str]],
     ) -> Numbering:
         """Build the canonical numbering of a set of reports.
 
         ``tasks``: (host, pid, process name, rank, {thread key: thread name}) — the same task
-        may appear several times (capture slices); threads are united. ``first_seen``: value
-        group -> label -> earliest time it appears (trace-relative ns).
+        may appear several times (capture slices); threads are united. ``values``: value
+        group -> every label used.
         """
         merged: dict[tuple[str, int], tuple[str, int | None, dict[ThreadKey, str]]] = {}
         for host, pid, name, rank, threads in tasks:
@@ -162,8 +162,7 @@ class Numbering:
             task_id = numbering.task(host, pid, name, rank)
             for key in sorted(threads):
                 numbering.thread(task_id, key, threads[key])
-        for group in sorted(first_seen):
-            seen = first_seen[group]
-            for label in sorted(seen, key=lambda lab: (seen[lab], lab)):
+        for group in sorted(values):
+            for label in sorted(values[group]):
                 numbering.value(group, label)
         return numbering

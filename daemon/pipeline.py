@@ -1,6 +1,6 @@
 """One report's path through the spine: plan, number, stream every kind, merge, feed sinks.
 
-``prepare`` opens an export and plans it; ``objects_of`` and ``first_seen_of`` give what a
+``prepare`` opens an export and plans it; ``objects_of`` and ``value_labels_of`` give what a
 canonical numbering needs; ``report_stream`` yields the report's records as one time-ordered
 stream (a heap merge of one chunked stream per table) while routing GPU activity and NVTX
 phases, in time order, to a sink. Batch conversion and the daemon both build on these.
@@ -47,11 +47,11 @@ __all__ = [
     "CONVERTIBLE_KINDS",
     "ActivityRouter",
     "PreparedReport",
-    "first_seen_of",
     "objects_of",
     "prepare",
     "report_context",
     "report_stream",
+    "value_labels_of",
 ]
 
 log = structlog.get_logger(__name__)
@@ -59,7 +59,7 @@ log = structlog.get_logger(__name__)
 #: kinds with a record converter, plus "comm" (launch -> kernel and API -> memcpy arrows)
 CONVERTIBLE_KINDS: tuple[str, ...] = (*CONVERTERS, "comm")
 _GPU_KINDS = ("kernel", "memcpy", "memset")
-#: plan first_seen kind -> value group
+#: plan values kind -> value group
 _VALUE_GROUPS = {"kernel": "kernel", "runtime": "api", "osrt": "osrt", "nvtx": "nvtx",
                  "mpi": "mpi", "graph": "graph", "openacc": "openacc",
                  "nvtx_domain": "nvtx_domain", "gpu_metrics": "gpu_metric"}
@@ -77,9 +77,9 @@ class PreparedReport:
     wall_start: int
     wall_end: int
     ranks: dict[int, int] = field(default_factory=dict)
-    #: what canonical numbering needs, read once (``objects_of``, ``first_seen_of``)
+    #: what canonical numbering needs, read once (``objects_of``, ``value_labels_of``)
     objects: ReportObjects | None = None
-    first_seen_wall: dict[str, dict[str, int]] | None = None
+    value_labels: dict[str, set[str]] | None = None
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -95,7 +95,7 @@ class PreparedReport:
         Planning a job of many reports keeps only this summary of each, not its connection.
         """
         objects_of(self)
-        first_seen_of(self, 0)
+        value_labels_of(self)
         self.close()
 
     def reopen(self) -> None:
@@ -195,34 +195,28 @@ def metric_owners(plan: ExportPlan) -> dict[int, int]:
     return {gpu: users.get(gpu, fallback) for gpu, _ in plan.gpu_metrics}
 
 
-def first_seen_of(rep: PreparedReport, origin_wall: int) -> dict[str, dict[str, int]]:
-    """Value group -> label -> earliest trace-relative time the label appears."""
-    if rep.first_seen_wall is None:
-        rep.first_seen_wall = _read_first_seen(rep)
-    return {group: {label: t - origin_wall for label, t in seen.items()}
-            for group, seen in rep.first_seen_wall.items()}
+def value_labels_of(rep: PreparedReport) -> dict[str, set[str]]:
+    """Value group -> every label the report's converted kinds use (read once)."""
+    if rep.value_labels is None:
+        rep.value_labels = _read_value_labels(rep)
+    return rep.value_labels
 
 
-def _read_first_seen(rep: PreparedReport) -> dict[str, dict[str, int]]:
-    """Value group -> label -> earliest wall-clock time the label appears."""
-    offset = rep.export.meta.wall_offset_ns
-    out: dict[str, dict[str, int]] = {}
+def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
     from prvstream.daemon.records import value_label
 
-    for kind, pairs in rep.plan.first_seen.items():
+    out: dict[str, set[str]] = {}
+    for kind, values in rep.plan.values.items():
         group = _VALUE_GROUPS.get(kind)
         if group is None or (kind != "nvtx_domain" and kind not in rep.kinds):
             continue
         if group not in ("graph", "openacc", "nvtx_domain", "gpu_metric"):
-            rep.export.strings(v for v, _ in pairs if v >= 0)
-        seen = out.setdefault(group, {})
-        for value, start in pairs:
+            rep.export.strings(v for v in values if v >= 0)
+        labels = out.setdefault(group, set())
+        for value in values:
             if group == "nvtx_domain" and value == 0:
                 continue
-            label = value_label(rep.export, group, value)
-            t = start + offset
-            if label not in seen or t < seen[label]:
-                seen[label] = t
+            labels.add(value_label(rep.export, group, value))
     return out
 
 

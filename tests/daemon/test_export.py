@@ -113,12 +113,12 @@ def test_real_schema_probe(path: Path) -> None:
 def test_real_names_resolve(path: Path) -> None:
     with open_export(path) as export:
         plan = export.plan()
-        names = export.strings(v for v, _ in plan.first_seen["kernel"])
+        names = export.strings(v for v in plan.values["kernel"])
         assert names and all(names.values())
-        for v, _ in plan.first_seen["kernel"]:
+        for v in plan.values["kernel"]:
             assert export.string(v) == names[v]
-        assert all(export.string(v) for v, _ in plan.first_seen.get("runtime", []))
-        assert all(export.string(v) for v, _ in plan.first_seen.get("nvtx", []))
+        assert all(export.string(v) for v in plan.values.get("runtime", []))
+        assert all(export.string(v) for v in plan.values.get("nvtx", []))
         assert export.string(-1) == ""
         procs = export.processes()
         for gpid in plan.processes:
@@ -150,7 +150,7 @@ def test_real_gpus_and_domains(real_data_dir: Path) -> None:
         plan = export.plan()
         assert len(plan.processes) == 2
         assert {d for _, d, _ in plan.streams} == {0, 1}
-        assert any(export.string(v).startswith("nccl") for v, _ in plan.first_seen["kernel"])
+        assert any(export.string(v).startswith("nccl") for v in plan.values["kernel"])
 
 
 @pytest.mark.parametrize("path", real_export_params())
@@ -165,10 +165,11 @@ def test_real_plan_counts(path: Path) -> None:
                 want += con.execute(f'SELECT COUNT(*) FROM "{src.table}"{where}').fetchone()[0]
             assert plan.counts[kind] == want, kind
         assert set(plan.counts) == set(tables.available_kinds(export))
-        for kind, seen in plan.first_seen.items():
-            starts = [s for _, s in seen]
-            assert starts == sorted(starts), kind
-            assert len({v for v, _ in seen}) == len(seen), kind
+        for kind, values in plan.values.items():
+            assert values == sorted(set(values)), kind
+        if "kernel" in plan.counts:
+            assert plan.values["kernel"] == [v for (v,) in con.execute(
+                "SELECT DISTINCT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")]
         assert plan.threads == sorted(set(plan.threads))
         assert plan.streams == sorted(set(plan.streams))
 
@@ -363,16 +364,17 @@ def test_synthetic_plan(tmp_path: Path) -> None:
         assert plan.processes == [G]
         assert plan.counts == {"kernel": 1, "runtime": 1, "nvtx": 4, "mpi": 2, "graph": 1,
                                "openacc": 1, "gpu_metrics": 2}
-        nvtx = plan.first_seen["nvtx"]
-        assert [export.string(v) for v, _ in nvtx] == ["a mark", "ranged", "open range",
-                                                       "inline"]
-        assert [s for _, s in nvtx] == [990, 1000, 1010, 1020]
-        assert all(v < -1 for v, _ in nvtx if v != 5)
-        assert plan.first_seen["nvtx_domain"] == [(0, 990), (3, 1000)]
-        assert plan.first_seen["mpi"] == [(3, 1600)]
-        assert plan.first_seen["graph"] == [(1, 1400)]
-        assert plan.first_seen["openacc"] == [(12, 1420)]
-        assert plan.first_seen["gpu_metrics"] == [(3, 1250), (2, 1300)]
+        nvtx = plan.values["nvtx"]
+        assert sorted(export.string(v) for v in nvtx) == ["a mark", "inline", "open range",
+                                                          "ranged"]
+        assert all(v < -1 for v in nvtx if v != 5)
+        inline = sorted((v for v in nvtx if v < -1), reverse=True)  # -2, -3, ...: text order
+        assert [export.string(v) for v in inline] == sorted(export.string(v) for v in inline)
+        assert plan.values["nvtx_domain"] == [0, 3]
+        assert plan.values["mpi"] == [3]
+        assert plan.values["graph"] == [1]
+        assert plan.values["openacc"] == [12]
+        assert plan.values["gpu_metrics"] == [2, 3]
         assert plan.gpu_metrics == [(0, 3), (1, 2)]
 
 

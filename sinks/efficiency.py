@@ -686,22 +686,29 @@ class EfficiencyModel:
             ranks.setdefault(str(r.rank) if r.rank is not None else f"{r.host}:{r.pid}",
                              []).append(r)
 
+        #: groups of the same devices (one host, one rank, the job) share their metrics
+        seen: dict[tuple[int, ...], Metrics] = {}
+
+        def metrics(v: list[DeviceRow]) -> Metrics:
+            key = tuple(id(r) for r in v)
+            m = seen.get(key)
+            if m is None:
+                m = seen[key] = job_metrics([r.useful_ns for r in v], [r.comm_ns for r in v],
+                                            span)
+            return m
+
         def groups(by: dict[str, list[DeviceRow]]) -> list[GroupRow]:
-            out = []
-            for k, v in sorted(by.items(), key=lambda kv: _group_order(kv[0])):
-                useful = [r.useful_ns for r in v]
-                comm = [r.comm_ns for r in v]
-                out.append(GroupRow(name=k, devices=len(v), useful_ns=sum(useful),
-                                    comm_ns=sum(comm), metrics=job_metrics(useful, comm, span)))
-            return out
+            return [GroupRow(name=k, devices=len(v), useful_ns=sum(r.useful_ns for r in v),
+                             comm_ns=sum(r.comm_ns for r in v), metrics=metrics(v))
+                    for k, v in sorted(by.items(), key=lambda kv: _group_order(kv[0]))]
 
         return SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
             wall_ns=self._span[1] if self._span else 0, reports=self._reports,
             last_report=self._last_report,
-            metrics=job_metrics([r.useful_ns for r in rows], [r.comm_ns for r in rows], span),
-            devices=rows, hosts=groups(hosts), ranks=groups(ranks), window_ns=self.window_ns,
+            metrics=metrics(rows), devices=rows, hosts=groups(hosts), ranks=groups(ranks),
+            window_ns=self.window_ns,
             gap_threshold_ns=self.gap_threshold_ns)
 
     def _cumulative(self) -> SummaryRecord:

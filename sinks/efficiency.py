@@ -156,7 +156,7 @@ class _Report:
     #: per process: phase instances that may still receive time, as (start, end, instance id)
     recent: dict[tuple[str, int], list[tuple[int, int, int]]] = field(default_factory=dict)
     #: instance ids the report's phases touched (with repeats)
-    touched: array = field(default_factory=lambda: array("q"))
+    touched: array[int] = field(default_factory=lambda: array("q"))
     #: activity taken but not swept yet: (start, end, global device, category) arrays
     pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
     pending_rows: int = 0

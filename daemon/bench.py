@@ -1,6 +1,7 @@
 """``prvstream bench``: generate a synthetic job, convert it, append it live; print the rates.
 
-Each phase runs in its own child process so that its peak RSS (``ru_maxrss`` of that child) is
+Each phase runs in its own child process so that its peak RSS (``ru_maxrss`` of that child,
+plus the peaks of the processes it starts: the reader) is
 its own: ``synth`` writes the job, ``convert`` turns it into one trace and summary, and the live
 path appends every report to a growing trace the way the daemon does (readiness check, append,
 summary, journal commit), timing each report from "in place" to "committed", then finalizes.
@@ -23,6 +24,7 @@ import msgspec
 import structlog
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.procmem import TreeSampler
 from prvstream.daemon.synth import SynthSpec, steps_for_rows
 from prvstream.sinks.errors import PrvstreamError
 
@@ -33,7 +35,7 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class _Child:
-    """One finished child process: wall time, own peak RSS (MiB), its stdout."""
+    """One finished child process: wall time, peak RSS (MiB; with its helpers'), its stdout."""
 
     seconds: float
     peak_rss_mib: float
@@ -61,8 +63,10 @@ def _run_child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        helpers = TreeSampler(proc.pid)  # the reader process: its peak counts too
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - started
+        helpers_kib = helpers.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -71,7 +75,7 @@ def _run_child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> 
         tail = (stderr or stdout).strip().splitlines()[-5:]
         raise PrvstreamError(f"bench: the {what} step failed (exit {proc.returncode}): "
                              + " | ".join(tail))
-    return _Child(seconds, usage.ru_maxrss / 1024, stdout)
+    return _Child(seconds, (usage.ru_maxrss + helpers_kib) / 1024, stdout)
 
 
 def _prv_records(prv: Path) -> int:

@@ -12,16 +12,18 @@ import contextlib
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import structlog
 
-from prvstream.daemon import tables
+from prvstream.daemon import reader, tables
 from prvstream.daemon.export import Export, ExportPlan, open_export, wrap_i4
 from prvstream.daemon.merge import PRIO_BEGIN, Stream, merge
 from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
+from prvstream.daemon.reader import ReaderLease
 from prvstream.daemon.records import (
     _KIND_RANK,
     CONVERTERS,
@@ -328,40 +330,71 @@ def comm_sql(export: Export) -> str | None:
     return " UNION ALL ".join(parts) + " ORDER BY 1"
 
 
-def _comm_stream(ctx: ReportContext, chunk_rows: int, counts: Counter[str]) -> Stream:
-    from prvstream.daemon.records import _keys, _lines
-
-    sql = comm_sql(ctx.export)
-    if sql is None:
-        return
-    cur = ctx.export.connection.cursor()
+def _comm_chunks(export: Export, sql: str, chunk_rows: int) -> Iterator[np.ndarray]:
+    cur = export.connection.cursor()
     try:
-        cur.execute(sql)
-        while rows := cur.fetchmany(chunk_rows):
-            chunk = rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT)
-            del rows  # not kept alive while the stream is suspended
-            send = chunk["start"] + ctx.offset
-            recv = chunk["recv"] + ctx.offset
-            s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
-            r_task, r_thread = ctx.gpu_objects(chunk)
-            lines = _lines("3:0:1:%d:%d:%d:%d:0:1:%d:%d:%d:%d:%d:%d", s_task, s_thread, send,
-                           send, r_task, r_thread, recv, recv, chunk["size_kind"] >> 1,
-                           np.where(chunk["size_kind"] & 1, pv.TAG_API_MEMCPY,
-                                    pv.TAG_LAUNCH_KERNEL))
-            seq = ctx.next_seq("comm", len(chunk))
-            keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
-                         ctx.report_index, seq)
-            counts["comm"] += len(chunk)
-            yield lines.batch(keys), int(send[-1])
+        try:
+            cur.execute(sql)
+            while rows := cur.fetchmany(chunk_rows):
+                chunk = rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT)
+                del rows  # not kept alive while the stream is suspended
+                yield chunk
+        except sqlite3.DatabaseError as exc:
+            log.warning("export_read_failed", path=str(export.path), kind="comm",
+                        error=str(exc))
+            raise NotAnExport(f"{export.path}: reading comm rows failed ({exc}); the file is "
+                              f"damaged or was truncated: re-export the report") from exc
     finally:
         with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
             cur.close()
 
 
-def _kind_stream(ctx: ReportContext, kind: str, chunk_rows: int, router: ActivityRouter,
+def _comm_source(ctx: ReportContext, chunk_rows: int,
+                 lease: ReaderLease | None) -> Iterator[np.ndarray]:
+    sql = comm_sql(ctx.export)
+    if sql is None:
+        return iter(())
+    if lease is not None:
+        return lease.stream(sql, _COMM_DTYPE, _COMM_LAYOUT, chunk_rows, "comm")
+    return _comm_chunks(ctx.export, sql, chunk_rows)
+
+
+def _comm_stream(ctx: ReportContext, chunks: Iterator[np.ndarray],
                  counts: Counter[str]) -> Stream:
+    from prvstream.daemon.records import _keys, _lines
+
+    for chunk in chunks:
+        send = chunk["start"] + ctx.offset
+        recv = chunk["recv"] + ctx.offset
+        s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
+        r_task, r_thread = ctx.gpu_objects(chunk)
+        lines = _lines("3:0:1:%d:%d:%d:%d:0:1:%d:%d:%d:%d:%d:%d", s_task, s_thread, send,
+                       send, r_task, r_thread, recv, recv, chunk["size_kind"] >> 1,
+                       np.where(chunk["size_kind"] & 1, pv.TAG_API_MEMCPY,
+                                pv.TAG_LAUNCH_KERNEL))
+        seq = ctx.next_seq("comm", len(chunk))
+        keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
+                     ctx.report_index, seq)
+        counts["comm"] += len(chunk)
+        yield lines.batch(keys), int(send[-1])
+
+
+def _table_chunks(ctx: ReportContext, kind: str, chunk_rows: int,
+                  lease: ReaderLease | None) -> Iterator[np.ndarray]:
+    """``tables.stream`` of the kind, read by the reader process when there is one (NVTX, with
+    its text column, always in-process)."""
+    if lease is None or kind == "nvtx":
+        return tables.stream(ctx.export, kind, chunk_rows)
+    sql = tables.select_sql(ctx.export, kind)
+    if sql is None:
+        return iter(())
+    return lease.stream(sql, tables.DTYPES[kind], tables.LAYOUTS[kind], chunk_rows, kind)
+
+
+def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
+                 router: ActivityRouter, counts: Counter[str]) -> Stream:
     convert = CONVERTERS[kind]
-    for chunk in tables.stream(ctx.export, kind, chunk_rows):
+    for chunk in chunks:
         if not len(chunk):
             continue
         result = convert(ctx, chunk)
@@ -376,15 +409,23 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     router = ActivityRouter(sink)
     if sink is not None:
         sink.begin_report(info)
-    streams: list[Stream] = []
-    for kind in rep.kinds:
-        if kind == "comm":
-            streams.append(_comm_stream(ctx, chunk_rows, counts))
-        else:
-            streams.append(_kind_stream(ctx, kind, chunk_rows, router, counts))
-    for batch, watermark in merge(streams):
-        router.release(watermark)
-        yield batch, watermark
+    lease = reader.lease(rep.export.path)
+    try:
+        streams: list[Stream] = []
+        for kind in rep.kinds:  # every query starts now: the reader sorts while we convert
+            if kind == "comm":
+                streams.append(_comm_stream(ctx, _comm_source(ctx, chunk_rows, lease),
+                                            counts))
+            else:
+                streams.append(_kind_stream(ctx, kind,
+                                            _table_chunks(ctx, kind, chunk_rows, lease),
+                                            router, counts))
+        for batch, watermark in merge(streams):
+            router.release(watermark)
+            yield batch, watermark
+    finally:
+        if lease is not None:
+            lease.release()
     router.release(None)
     if sink is not None:
         sink.end_report()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Layout", "compiled", "field_layout", "rows_to_array"]
+__all__ = ["Layout", "compiled", "field_layout", "field_offset", "rows_to_array"]
 
 try:  # the compiled filler, unless disabled for a comparison
     if os.environ.get("PRVSTREAM_PURE_PYTHON") or sys.byteorder != "little":
@@ -34,18 +34,25 @@ def compiled() -> bool:
     return _c_fill is not None
 
 
+def field_offset(dtype: np.dtype, name: str) -> int:
+    """Byte offset of field ``name`` inside one item of ``dtype``."""
+    fields = dtype.fields
+    if fields is None or name not in fields:
+        raise ValueError(f"{dtype} has no field {name!r}")
+    return int(fields[name][1])
+
+
 def field_layout(dtype: np.dtype) -> Layout:
     """One fetched value per field of ``dtype``, in field order."""
     found = _LAYOUT.get(dtype)
     if found is None:
-        fields = dtype.fields or {}
         names = dtype.names or ()
         for name in names:
-            sub = fields[name][0]
+            sub = dtype[name]
             if sub.kind != "i" or sub.itemsize not in (4, 8) or sub.byteorder == ">":
                 raise ValueError(f"field {name!r} of {dtype} is not a little-endian int32/64")
-        found = (tuple(int(fields[n][1]) for n in names),
-                 tuple(int(fields[n][0].itemsize) for n in names))
+        found = (tuple(field_offset(dtype, n) for n in names),
+                 tuple(int(dtype[n].itemsize) for n in names))
         _LAYOUT[dtype] = found
     return found
 

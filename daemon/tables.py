@@ -15,7 +15,7 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.export import Export, KindSource, quote_identifier, wrap_i4
-from prvstream.daemon.rowfill import Layout, rows_to_array
+from prvstream.daemon.rowfill import Layout, field_offset, rows_to_array
 from prvstream.sinks.errors import NotAnExport
 
 __all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
@@ -94,14 +94,14 @@ _COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
 
 def _groups(dtype: np.dtype) -> tuple[tuple[str, ...], ...]:
     """Fields fetched together: two adjacent int32 fields travel as one packed int64."""
-    names, fields = dtype.names or (), dtype.fields or {}
+    names = dtype.names or ()
     out: list[tuple[str, ...]] = []
     i = 0
     while i < len(names):
         a = names[i]
-        if i + 1 < len(names) and fields[a][0].itemsize == 4:
+        if i + 1 < len(names) and dtype[a].itemsize == 4:
             b = names[i + 1]
-            if fields[b][0].itemsize == 4 and fields[b][1] == fields[a][1] + 4:
+            if dtype[b].itemsize == 4 and field_offset(dtype, b) == field_offset(dtype, a) + 4:
                 out.append((a, b))
                 i += 2
                 continue
@@ -113,7 +113,7 @@ def _groups(dtype: np.dtype) -> tuple[tuple[str, ...], ...]:
 #: kind -> fetched value groups, and where each value lands in the kind's dtype
 GROUPS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {k: _groups(d) for k, d in DTYPES.items()}
 LAYOUTS: Final[dict[str, Layout]] = {
-    k: (tuple(int((DTYPES[k].fields or {})[g[0]][1]) for g in groups),
+    k: (tuple(field_offset(DTYPES[k], g[0]) for g in groups),
         tuple(4 if len(g) == 1 and DTYPES[k][g[0]].itemsize == 4 else 8 for g in groups))
     for k, groups in GROUPS.items()}
 
@@ -225,7 +225,7 @@ def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype)
     inline = [(i, row[-1]) for i, row in enumerate(rows) if row[-1] is not None]
     if inline:
         ids = export.inline_ids()
-        out["text"][[i for i, _ in inline]] = [ids.get(t) or export.intern_inline(str(t))
+        out["text"][[i for i, _ in inline]] = [ids.get(str(t)) or export.intern_inline(str(t))
                                                for _, t in inline]
     return out
 

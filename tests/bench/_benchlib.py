@@ -1,7 +1,9 @@
 """Helpers shared by the benchmark scripts: measured child runs, synthetic exports, the floor.
 
 Every measured command runs in its own child process; its peak RSS is the child's own
-``ru_maxrss`` (VmHWM) from ``wait4``, so one measurement never inherits another's peak.
+``ru_maxrss`` (VmHWM) from ``wait4`` plus the peaks of the processes it starts (sampled by
+``procmem.TreeSampler``), so one measurement never inherits another's peak and prvstream's
+reader process is counted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from prvstream.daemon.procmem import TreeSampler
 
 __all__ = [
     "GPU_TABLES",
@@ -53,13 +57,15 @@ def load() -> float:
 
 def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 3600.0,
                  env: dict[str, str] | None = None, log: Path | None = None) -> Run:
-    """Run ``cmd`` under ``nice``; its wall time and its own peak RSS (MiB)."""
+    """Run ``cmd`` under ``nice``; its wall time and peak RSS (MiB): its own plus the peaks of
+    the processes it starts (prvstream's reader, nsys2prv's ``nsys`` calls)."""
     before = load()
     out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
         start = time.perf_counter()
         proc = subprocess.Popen(["nice", "-n", "5", *cmd], cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
+        helpers = TreeSampler(proc.pid)  # e.g. prvstream's reader process
         deadline = start + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -69,7 +75,8 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
                 proc.kill()
                 _, status, usage = os.wait4(proc.pid, 0)
                 proc.returncode = -9
-                return Run(time.perf_counter() - start, usage.ru_maxrss / 1024, -9,
+                return Run(time.perf_counter() - start,
+                           (usage.ru_maxrss + helpers.stop()) / 1024, -9,
                            max(before, load()), timed_out=True)
             time.sleep(0.005)
         wall = time.perf_counter() - start
@@ -77,7 +84,8 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]
-    return Run(wall, usage.ru_maxrss / 1024, proc.returncode, max(before, load()))
+    return Run(wall, (usage.ru_maxrss + helpers.stop()) / 1024, proc.returncode,
+               max(before, load()))
 
 
 def median(values: list[float]) -> float:

@@ -1,0 +1,256 @@
+"""A reader process that runs SQLite queries beside the converter, on the machine's other core.
+
+Reading an export is half of a conversion's work, and almost all of it (SQLite's sort and step,
+and building a Python int per value) holds the GIL, so a thread does not help. One child
+process per prvstream process (``_readerchild``: the standard library and the compiled row
+filler only) runs the ordered SELECTs and ships each chunk already laid out as the numpy
+structured array the converters take; the parent converts, merges and writes meanwhile. Every
+stream keeps one chunk requested ahead, so memory stays one or two chunks per stream.
+
+The reader serves one report at a time: ``lease(path)`` returns a ``ReaderLease`` or None when
+the reader is busy, disabled (``PRVSTREAM_READER=0``), unavailable (no compiled row filler, no
+``sys.executable``) or broken; the caller then reads in-process, with the same bytes out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import structlog
+
+from prvstream.daemon import rowfill
+from prvstream.daemon._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
+from prvstream.daemon.export import ro_uri
+from prvstream.sinks.errors import NotAnExport, PrvstreamError
+
+__all__ = ["ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
+
+log = structlog.get_logger(__name__)
+
+
+def enabled() -> bool:
+    """Whether conversions may use the reader process."""
+    return (rowfill.compiled() and bool(sys.executable)
+            and os.environ.get("PRVSTREAM_READER", "1") not in ("0", "no", "off", "false"))
+
+
+class ReaderProcess:
+    """The child process and the framing of its answers."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "prvstream.daemon._readerchild"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            close_fds=True)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._in: IO[bytes] = self._proc.stdin
+        self._out: IO[bytes] = self._proc.stdout
+        self._next_id = 0
+        #: frames read while waiting for another stream's: id -> [(status, payload)]
+        self._pending: dict[int, list[tuple[int, bytearray]]] = {}
+        #: requests sent and not yet answered, per stream
+        self._outstanding: dict[int, int] = {}
+        self.broken = False
+        log.debug("reader_started", pid=self._proc.pid)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def send(self, request: dict[str, object]) -> None:
+        try:
+            self._in.write(json.dumps(request).encode() + b"\n")
+            self._in.flush()
+        except OSError as exc:
+            raise self._died(f"writing to it failed ({exc})") from exc
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def request_next(self, sid: int, rows: int) -> None:
+        self.send({"op": "next", "id": sid, "rows": rows})
+        self._outstanding[sid] = self._outstanding.get(sid, 0) + 1
+
+    def receive(self, sid: int) -> tuple[int, bytearray]:
+        """The next answer for stream ``sid`` (answers for other streams are kept)."""
+        queue = self._pending.get(sid)
+        while not queue:
+            got_id, status, payload = self._read_frame()
+            self._outstanding[got_id] -= 1
+            self._pending.setdefault(got_id, []).append((status, payload))
+            queue = self._pending.get(sid)
+        return queue.pop(0)
+
+    def drain(self, sid: int) -> None:
+        """Forget stream ``sid``: read its unanswered requests' frames and close it."""
+        while self._outstanding.get(sid, 0) > 0:
+            got_id, status, payload = self._read_frame()
+            self._outstanding[got_id] -= 1
+            if got_id != sid:  # another stream's answer: keep it for that stream
+                self._pending.setdefault(got_id, []).append((status, payload))
+        self._outstanding.pop(sid, None)
+        self._pending.pop(sid, None)
+        self.send({"op": "close", "id": sid})
+
+    def _read_frame(self) -> tuple[int, int, bytearray]:
+        header = self._read_exactly(FRAME.size)
+        sid, status, length = FRAME.unpack(header)
+        return sid, status, self._read_exactly(length)
+
+    def _read_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._out.readinto(view[got:])  # type: ignore[attr-defined]
+            if not k:
+                raise self._died("its output ended")
+            got += k
+        return buf
+
+    def _died(self, what: str) -> PrvstreamError:
+        self.broken = True
+        code = self._proc.poll()
+        err = b""
+        if code is not None and self._proc.stderr is not None:
+            err = self._proc.stderr.read()[-2000:]
+        log.error("reader_failed", what=what, exit_code=code,
+                  stderr=err.decode(errors="replace"))
+        return PrvstreamError(
+            f"the reader process failed: {what} (exit code {code}); the conversion can be "
+            f"retried, and PRVSTREAM_READER=0 reads exports in-process instead")
+
+    def close(self) -> None:
+        """Ask the child to quit (kill it if it does not) and close the pipes."""
+        if self._proc.poll() is None:
+            try:
+                self.send({"op": "quit"})
+                self._in.close()
+                self._proc.wait(timeout=5)
+            except (PrvstreamError, OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        for stream in (self._in, self._out, self._proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):  # a broken pipe's unflushed request
+                    stream.close()
+
+
+class ReaderLease:
+    """Exclusive use of the reader for one export; release it when the report is done."""
+
+    def __init__(self, process: ReaderProcess, path: Path) -> None:
+        self._process = process
+        self._open: set[int] = set()
+        self.path = path
+        process.send({"op": "db", "uri": ro_uri(path)})
+
+    def stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
+               what: str) -> Iterator[np.ndarray]:
+        """``dtype`` chunks of the ordered ``sql``, like ``tables.stream``.
+
+        The query starts at once in the child. ``what`` names the data in error messages.
+        """
+        p = self._process
+        sid = p.new_id()
+        offsets, sizes = layout
+        p.send({"op": "open", "id": sid, "sql": sql, "itemsize": dtype.itemsize,
+                "offsets": list(offsets), "sizes": list(sizes)})
+        p.request_next(sid, chunk_rows)
+        self._open.add(sid)
+        return self._chunks(sid, dtype, chunk_rows, what)
+
+    def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int,
+                what: str) -> Iterator[np.ndarray]:
+        p = self._process
+        try:
+            while True:
+                status, payload = p.receive(sid)
+                if status != STATUS_OK:
+                    raise self._error(status, payload.decode(errors="replace"), what)
+                if not payload:
+                    return
+                p.request_next(sid, chunk_rows)  # the child fetches while we convert
+                yield np.frombuffer(payload, dtype=dtype)
+        finally:
+            if sid in self._open and not p.broken:
+                self._open.discard(sid)
+                p.drain(sid)
+
+    def _error(self, status: int, message: str, what: str) -> NotAnExport:
+        log.warning("export_read_failed", path=str(self.path), kind=what, error=message)
+        if status == STATUS_BAD_VALUE:
+            return NotAnExport(
+                f"{self.path}: the {what} rows hold a value that is not an integer "
+                f"({message}); this is not an intact Nsight Systems export, re-export it")
+        return NotAnExport(f"{self.path}: reading {what} rows failed ({message}); the file is "
+                           f"damaged or was truncated: re-export the report")
+
+    def release(self) -> None:
+        """Close the lease's streams and hand the reader back."""
+        p = self._process
+        try:
+            if not p.broken:
+                for sid in sorted(self._open):
+                    p.drain(sid)
+                self._open.clear()
+        finally:
+            _release(p)
+
+
+_lock = threading.Lock()
+_reader: ReaderProcess | None = None
+_busy = False
+
+
+def lease(path: Path) -> ReaderLease | None:
+    """The reader for ``path``'s streams, or None: read in-process then."""
+    global _reader, _busy
+    if not enabled():
+        return None
+    with _lock:
+        if _busy:
+            return None
+        if _reader is not None and (_reader.broken or _reader._proc.poll() is not None):
+            _reader.close()
+            _reader = None
+        if _reader is None:
+            try:
+                _reader = ReaderProcess()
+            except OSError as exc:
+                log.warning("reader_unavailable", error=str(exc))
+                return None
+        _busy = True
+        process = _reader
+    try:
+        return ReaderLease(process, path)
+    except PrvstreamError:
+        _release(process)
+        return None
+
+
+def _release(process: ReaderProcess) -> None:
+    global _busy
+    with _lock:
+        _busy = False
+
+
+@atexit.register
+def shutdown() -> None:
+    """Stop the reader process (at exit, or after a job)."""
+    global _reader
+    with _lock:
+        if _reader is not None:
+            _reader.close()
+            _reader = None

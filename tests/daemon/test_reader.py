@@ -1,0 +1,158 @@
+"""The reader process: same chunks and bytes as in-process reading, clear errors, recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prvstream.daemon import reader, tables
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.convert import convert
+from prvstream.daemon.export import open_export
+from prvstream.daemon.synth import SynthSpec, write_job
+from prvstream.sinks.errors import NotAnExport, PrvstreamError
+from tests.conftest import make_db
+
+pytestmark = pytest.mark.skipif(not reader.enabled(),
+                                reason="the reader process needs the compiled row filler")
+
+G = 7 << 24
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> list[Path]:
+    return write_job(tmp_path / "job", SynthSpec(ranks=2, steps=3, seed=5))
+
+
+def _read(lease: reader.ReaderLease, export_path: Path, kind: str, chunk: int) -> np.ndarray:
+    with open_export(export_path) as export:
+        sql = tables.select_sql(export, kind)
+    assert sql is not None
+    parts = list(lease.stream(sql, tables.DTYPES[kind], tables.LAYOUTS[kind], chunk, kind))
+    return np.concatenate(parts) if parts else np.empty(0, tables.DTYPES[kind])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_chunks_equal_in_process_streams(job: list[Path], chunk: int) -> None:
+    path = job[0]
+    lease = reader.lease(path)
+    assert lease is not None
+    try:
+        with open_export(path) as export:
+            for kind in tables.available_kinds(export):
+                if kind == "nvtx":
+                    continue
+                expected = np.concatenate(list(tables.stream(export, kind, chunk)))
+                got = _read(lease, path, kind, chunk)
+                assert got.dtype == expected.dtype
+                assert got.tobytes() == expected.tobytes(), kind
+    finally:
+        lease.release()
+
+
+def test_conversion_bytes_do_not_depend_on_the_reader(job: list[Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings(None, {})
+    convert([str(p) for p in job], tmp_path / "with", settings)
+    monkeypatch.setenv("PRVSTREAM_READER", "0")
+    assert reader.lease(job[0]) is None
+    convert([str(p) for p in job], tmp_path / "without", settings)
+    for suffix in (".prv", ".pcf", ".row"):
+        assert (tmp_path / f"with{suffix}").read_bytes() == \
+            (tmp_path / f"without{suffix}").read_bytes()
+
+
+def test_one_report_at_a_time(job: list[Path]) -> None:
+    first = reader.lease(job[0])
+    assert first is not None
+    try:
+        assert reader.lease(job[1]) is None  # busy: the caller reads in-process
+    finally:
+        first.release()
+    second = reader.lease(job[1])
+    assert second is not None
+    second.release()
+
+
+def test_abandoned_streams_leave_the_reader_usable(job: list[Path]) -> None:
+    lease = reader.lease(job[0])
+    assert lease is not None
+    with open_export(job[0]) as export:
+        sqls = {k: tables.select_sql(export, k) for k in ("kernel", "runtime")}
+    streams = [lease.stream(sql or "", tables.DTYPES[k], tables.LAYOUTS[k], 5, k)
+               for k, sql in sqls.items()]
+    next(streams[0])
+    next(streams[1])  # both have a chunk requested ahead
+    lease.release()  # without reading on
+    again = reader.lease(job[0])
+    assert again is not None
+    try:
+        with open_export(job[0]) as export:
+            expected = np.concatenate(list(tables.stream(export, "kernel", 64)))
+        assert _read(again, job[0], "kernel", 64).tobytes() == expected.tobytes()
+    finally:
+        again.release()
+
+
+def test_text_in_an_integer_column_is_not_an_export(tmp_path: Path) -> None:
+    path = make_db(tmp_path / "bad.sqlite", {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(1, "f")]),
+        "OSRT_API": (["start", "end", "globalTid", "nameId"],
+                     [(10, 20, G | 1, 1), (30, 40, "oops", 1)]),
+    })
+    lease = reader.lease(path)
+    assert lease is not None
+    try:
+        with pytest.raises(NotAnExport, match=r"bad\.sqlite: the osrt rows hold a value"):
+            _read(lease, path, "osrt", 10)
+    finally:
+        lease.release()
+
+
+def test_damaged_pages_are_not_an_export(tmp_path: Path) -> None:
+    path = tmp_path / "big.sqlite"
+    rows = [(i * 7 % 100003, i * 7 % 100003 + 5, G | 1, i % 50) for i in range(60000)]
+    make_db(path, {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(i, f"f{i}") for i in range(50)]),
+        "OSRT_API": (["start", "end", "globalTid", "nameId"], rows),
+    })
+    with open_export(path) as export:
+        sql = tables.select_sql(export, "osrt")
+    size = path.stat().st_size
+    with path.open("r+b") as fh:  # wreck the data pages, keep the schema page
+        for page in range(size // 4096 // 2, size // 4096 - 1):
+            fh.seek(page * 4096)
+            fh.write(b"\x0d\xff\xff\xff" * 1024)
+    lease = reader.lease(path)
+    assert lease is not None and sql is not None
+    try:
+        with pytest.raises(NotAnExport, match="damaged or was truncated"):
+            list(lease.stream(sql, tables.DTYPES["osrt"], tables.LAYOUTS["osrt"], 1000, "osrt"))
+    finally:
+        lease.release()
+
+
+def test_a_killed_reader_is_an_error_then_replaced(job: list[Path]) -> None:
+    lease = reader.lease(job[0])
+    assert lease is not None
+    with open_export(job[0]) as export:
+        sql = tables.select_sql(export, "runtime")
+    assert sql is not None
+    stream = lease.stream(sql, tables.DTYPES["runtime"], tables.LAYOUTS["runtime"], 3, "runtime")
+    next(stream)
+    assert reader._reader is not None
+    os.kill(reader._reader.pid, signal.SIGKILL)
+    with pytest.raises(PrvstreamError, match="reader process failed"):
+        for _ in stream:
+            pass
+    lease.release()
+    again = reader.lease(job[0])  # a new child
+    assert again is not None
+    try:
+        assert len(_read(again, job[0], "runtime", 100))
+    finally:
+        again.release()

@@ -44,7 +44,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Every knob prvstream has. New fields always get a default."""
 
     #: rows fetched from SQLite per chunk (memory per table stream is O(chunk_rows))
-    chunk_rows: int = 4096
+    chunk_rows: int = 2048
     #: most sorted runs merged at once; more inputs are merged in several passes
     fan_in: int = 16
     #: data kinds to convert (empty: every kind present in the export)

@@ -216,7 +216,7 @@ def write_trace(
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
     for rep in ordered:  # planned: release every connection until its report streams
-        rep.close()
+        rep.pause()
     # memory budget: every open report pools about one chunk per table, and up to fan_in
     # reports are open at once, so share settings.chunk_rows among them
     open_reports = min(len(ordered), settings.fan_in)
@@ -317,7 +317,8 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     reports: list[PreparedReport] = []
     for path in paths:
         try:
-            rep = prepare(path, settings.kinds or None)
+            rep = prepare(path, settings.kinds or None,  # one report: its reads start now
+                          prefetch_rows=settings.chunk_rows if len(paths) == 1 else None)
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
         else:

@@ -259,6 +259,7 @@ def open_export(path: str | Path) -> Export:
                           f"permissions") from exc
     try:
         con.execute("PRAGMA query_only=1")
+        con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
         export = Export(con, p)
     except sqlite3.DatabaseError as exc:
         con.close()

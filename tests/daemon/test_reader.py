@@ -156,3 +156,27 @@ def test_a_killed_reader_is_an_error_then_replaced(job: list[Path]) -> None:
         assert len(_read(again, job[0], "runtime", 100))
     finally:
         again.release()
+
+
+def test_one_report_prefetched_at_planning_gives_the_same_bytes(
+        job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single input starts its reads in the reader while it is planned."""
+    settings = load_settings(None, {})
+    convert([str(job[0])], tmp_path / "with", settings)
+    monkeypatch.setenv("PRVSTREAM_READER", "0")
+    convert([str(job[0])], tmp_path / "without", settings)
+    for suffix in (".prv", ".pcf", ".row"):
+        assert (tmp_path / f"with{suffix}").read_bytes() == \
+            (tmp_path / f"without{suffix}").read_bytes()
+
+
+def test_a_prefetched_report_closed_unread_frees_the_reader(job: list[Path]) -> None:
+    from prvstream.daemon.pipeline import prepare
+
+    rep = prepare(job[0], None, prefetch_rows=16)
+    assert rep.reading is not None
+    assert reader.lease(job[1]) is None
+    rep.close()
+    again = reader.lease(job[1])
+    assert again is not None
+    again.release()

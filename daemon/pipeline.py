@@ -154,11 +154,10 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
             )
-        if prefetch_rows is not None:
-            lease = reader.lease(export.path)
-            if lease is not None:
-                reading = (lease, {k: _source(export, k, prefetch_rows, lease)
-                                   for k in _reader_kinds(export, kinds)})
+        to_reader = _reader_kinds(export, kinds) if prefetch_rows is not None else set()
+        lease = reader.lease(export.path) if to_reader else None
+        if lease is not None and prefetch_rows is not None:
+            reading = (lease, {k: _source(export, k, prefetch_rows, lease) for k in to_reader})
         meta = export.meta
         plan = export.plan()
         try:
@@ -385,10 +384,13 @@ def _comm_chunks(export: Export, sql: str, chunk_rows: int) -> Iterator[np.ndarr
 #: (records, merge, text, summary) costs about half as much as reading, so with this split
 #: both processes stay busy (measured on 1M-row synthetic exports, CUDA only and all kinds)
 _READER_SHARE = 0.75
+#: below this many rows the reader costs more (requests, copies) than it saves
+_READER_MIN_ROWS = 50_000
 
 
 def _reader_kinds(export: Export, kinds: list[str]) -> set[str]:
-    """The kinds the reader process reads; the rest are read in-process.
+    """The kinds the reader process reads (none for a small report); the rest are read
+    in-process.
 
     Cost estimate: rows x (values fetched per row + 2) per table, and for the comm join its
     rows x 8 plus a probe per API row. Largest first, each one that keeps the reader within
@@ -401,6 +403,8 @@ def _reader_kinds(export: Export, kinds: list[str]) -> set[str]:
     costs = {k: rows[k] * (len(tables.GROUPS[k]) + 2) for k in kinds if k in rows}
     if "comm" in kinds:
         costs["comm"] = (rows["kernel"] + rows["memcpy"]) * 8 + rows["runtime"] * 3
+    if sum(rows.values()) < _READER_MIN_ROWS:
+        return set()
     total = sum(costs.values())
     chosen: set[str] = set()
     taken = 0
@@ -473,9 +477,10 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
         sources = rep.reading[1]
         rep.reading = None
     else:
-        lease = reader.lease(rep.export.path)
+        to_reader = _reader_kinds(ctx.export, rep.kinds)
+        lease = reader.lease(rep.export.path) if to_reader else None
         sources = {k: _source(ctx.export, k, chunk_rows, lease)
-                   for k in _reader_kinds(ctx.export, rep.kinds)} if lease is not None else {}
+                   for k in to_reader} if lease is not None else {}
     try:
         streams: list[Stream] = []
         for kind in rep.kinds:  # every query starts now: the reader sorts while we convert

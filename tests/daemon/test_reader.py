@@ -23,6 +23,13 @@ pytestmark = pytest.mark.skipif(not reader.enabled(),
 G = 7 << 24
 
 
+@pytest.fixture(autouse=True)
+def small_reports_use_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These exports are tiny; real conversions read reports this small in-process."""
+    from prvstream.daemon import pipeline
+    monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 0)
+
+
 @pytest.fixture
 def job(tmp_path: Path) -> list[Path]:
     return write_job(tmp_path / "job", SynthSpec(ranks=2, steps=3, seed=5))
@@ -64,6 +71,19 @@ def test_conversion_bytes_do_not_depend_on_the_reader(job: list[Path], tmp_path:
     for suffix in (".prv", ".pcf", ".row"):
         assert (tmp_path / f"with{suffix}").read_bytes() == \
             (tmp_path / f"without{suffix}").read_bytes()
+
+
+def test_small_reports_are_read_in_process(job: list[Path],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from prvstream.daemon import pipeline
+    from prvstream.daemon.pipeline import prepare
+
+    monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 50_000)
+    rep = prepare(job[0], None, prefetch_rows=16)
+    try:
+        assert rep.reading is None
+    finally:
+        rep.close()
 
 
 def test_one_report_at_a_time(job: list[Path]) -> None:

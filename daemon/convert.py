@@ -22,7 +22,6 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.discover import scan_once
 from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
 from prvstream.daemon.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.numbering import Numbering
@@ -96,6 +95,8 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
         path = Path(raw)
         if path.is_dir():
             hits = []
+            from prvstream.daemon.discover import scan_once  # the watcher's stack: lazily
+
             for cand in scan_once([path]):
                 if cand.kind == "done":  # a job-end marker, not an export
                     continue

@@ -154,7 +154,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
             )
-        to_reader = _reader_kinds(export, kinds) if prefetch_rows is not None else set()
+        to_reader = _reader_kinds(export, kinds) if prefetch_rows is not None else []
         lease = reader.lease(export.path) if to_reader else None
         if lease is not None and prefetch_rows is not None:
             reading = (lease, {k: _source(export, k, prefetch_rows, lease) for k in to_reader})
@@ -388,9 +388,9 @@ _READER_SHARE = 0.75
 _READER_MIN_ROWS = 50_000
 
 
-def _reader_kinds(export: Export, kinds: list[str]) -> set[str]:
-    """The kinds the reader process reads (none for a small report); the rest are read
-    in-process.
+def _reader_kinds(export: Export, kinds: list[str]) -> list[str]:
+    """The kinds the reader process reads (none for a small report), costliest first (the
+    order their queries start in); the rest are read in-process.
 
     Cost estimate: rows x (values fetched per row + 2) per table, and for the comm join its
     rows x 8 plus a probe per API row. Largest first, each one that keeps the reader within
@@ -404,13 +404,13 @@ def _reader_kinds(export: Export, kinds: list[str]) -> set[str]:
     if "comm" in kinds:
         costs["comm"] = (rows["kernel"] + rows["memcpy"]) * 8 + rows["runtime"] * 3
     if sum(rows.values()) < _READER_MIN_ROWS:
-        return set()
+        return []
     total = sum(costs.values())
-    chosen: set[str] = set()
+    chosen: list[str] = []
     taken = 0
     for kind in sorted(costs, key=lambda k: (-costs[k], k)):
         if not chosen or taken + costs[kind] <= _READER_SHARE * total:
-            chosen.add(kind)
+            chosen.append(kind)
             taken += costs[kind]
     return chosen
 

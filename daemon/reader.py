@@ -167,7 +167,8 @@ class ReaderLease:
         offsets, sizes = layout
         p.send({"op": "open", "id": sid, "sql": sql, "itemsize": dtype.itemsize,
                 "offsets": list(offsets), "sizes": list(sizes)})
-        p.request_next(sid, chunk_rows)
+        for _ in range(AHEAD):
+            p.request_next(sid, chunk_rows)
         self._open.add(sid)
         return self._chunks(sid, dtype, chunk_rows, what)
 
@@ -181,7 +182,7 @@ class ReaderLease:
                     raise self._error(status, payload.decode(errors="replace"), what)
                 if not payload:
                     return
-                p.request_next(sid, chunk_rows)  # the child fetches while we convert
+                p.request_next(sid, chunk_rows)  # the child keeps AHEAD chunks in flight
                 yield np.frombuffer(payload, dtype=dtype)
         finally:
             if sid in self._open and not p.broken:
@@ -208,6 +209,10 @@ class ReaderLease:
         finally:
             _release(p)
 
+
+#: chunks requested ahead per stream: with one, the reader sat idle while the converter
+#: worked on the chunks it had just delivered
+AHEAD = int(os.environ.get("PRVSTREAM_READER_AHEAD", "2"))
 
 _lock = threading.Lock()
 _reader: ReaderProcess | None = None

@@ -32,6 +32,7 @@ __all__ = [
     "run_measured",
     "sqlite_floor_cmd",
     "synth_export",
+    "warm",
 ]
 
 #: the tables a CUDA-only comparison reads (kernels, memory operations, CUDA API)
@@ -55,10 +56,22 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def warm(path: Path) -> None:
+    """Read a file once so that it is in the page cache (this machine's memory reclaim evicts
+    files left alone for a while, and a read from disk would time the disk, not the tool)."""
+    with open(path, "rb") as fh:
+        while fh.read(1 << 24):
+            pass
+
+
 def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 3600.0,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> Run:
+                 env: dict[str, str] | None = None, log: Path | None = None,
+                 warm_first: Path | None = None) -> Run:
     """Run ``cmd`` under ``nice``; its wall time and peak RSS (MiB): its own plus the peaks of
-    the processes it starts (prvstream's reader, nsys2prv's ``nsys`` calls)."""
+    the processes it starts (prvstream's reader, nsys2prv's ``nsys`` calls). ``warm_first``:
+    a file (the input) read into the page cache before the clock starts."""
+    if warm_first is not None:
+        warm(warm_first)
     before = load()
     out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:

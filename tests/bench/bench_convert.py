@@ -1,9 +1,10 @@
 """Benchmark ``prvstream convert`` at 1M and 10M rows: rows/s, records/s, MB/s, peak RSS, floor.
 
 Each conversion runs in a fresh child process (``python -m prvstream.daemon convert``, all data
-kinds, efficiency summary in the same pass) whose own peak RSS (VmHWM, ``ru_maxrss`` from
-``wait4``) is recorded, alternating with the ``sqlite3`` shell reading the same tables
-``ORDER BY start`` into /dev/null (the floor). Memory must be flat: 10x the rows, < 1.2x the RSS.
+kinds, efficiency summary in the same pass) whose peak RSS (VmHWM, ``ru_maxrss`` from ``wait4``,
+plus the reader process's peak) is recorded, alternating with the ``sqlite3`` shell reading the
+same tables ``ORDER BY start`` into /dev/null (the floor); the export is read into the page
+cache before each run. Memory must be flat: 10x the rows, < 1.2x the RSS.
 
 Usage: ``python tests/bench/bench_convert.py [--sizes 1000000,10000000] [--reps 5]
 [--big-reps 3] [--dir DIR] [--json OUT]`` (sizes of 5M rows and more run ``--big-reps`` times).
@@ -41,14 +42,14 @@ def measure(export: Path, reps: int, work: Path) -> dict[str, object]:
     floor: list[Run] = []
     records = size = 0
     for rep in range(reps):
-        conv.append(run_measured(cmd, log=work / "convert.log"))
+        conv.append(run_measured(cmd, log=work / "convert.log", warm_first=export))
         if conv[-1].returncode != 0:
             raise SystemExit(f"convert failed; see {work / 'convert.log'}")
         prv = out.with_name("out.prv")
         records, size = prv_records(prv), prv.stat().st_size
         for ext in (".prv", ".pcf", ".row", ".summary.json"):
             out.with_name("out" + ext).unlink(missing_ok=True)
-        floor.append(run_measured(floor_cmd))
+        floor.append(run_measured(floor_cmd, warm_first=export))
         print(f"  {total:,} rows rep {rep + 1}/{reps}: convert {conv[-1].wall_s:.2f} s "
               f"{conv[-1].peak_rss_mib:.1f} MiB, floor {floor[-1].wall_s:.2f} s, "
               f"load {max(conv[-1].load, floor[-1].load):.2f}", flush=True)

@@ -111,12 +111,13 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
     n2p_cmd = [str(n2p), "-t", "cuda_api_trace", export.name, "out"]
     floor_cmd = sqlite_floor_cmd(export, present_tables(export))
     for rep in range(reps):
-        runs["prvstream"].append(run_measured(prv_cmd, timeout=timeout,
+        runs["prvstream"].append(run_measured(prv_cmd, timeout=timeout, warm_first=export,
                                               log=case / "prvstream.log"))
         if not n2p_note:
             for stale in (case / "n2p").glob("out.*"):
                 stale.unlink()
             r = run_measured(n2p_cmd, cwd=case / "n2p", env=env, timeout=timeout,
+                             warm_first=export,
                              log=case / "nsys2prv.log")
             if r.timed_out:
                 n2p_note = f"did not finish in {timeout:.0f} s"
@@ -127,7 +128,7 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
                 if r.wall_s > slow and rep + 1 < reps:
                     n2p_note = f"{len(runs['nsys2prv'])} run(s) only: {r.wall_s:.0f} s each"
         ran_n2p = len(runs["nsys2prv"]) == rep + 1
-        runs["floor"].append(run_measured(floor_cmd, timeout=timeout))
+        runs["floor"].append(run_measured(floor_cmd, timeout=timeout, warm_first=export))
         n2p_s = f"{runs['nsys2prv'][-1].wall_s:.2f} s" if ran_n2p else "skipped"
         print(f"  {label} rep {rep + 1}/{reps}: prvstream {runs['prvstream'][-1].wall_s:.2f} s, "
               f"nsys2prv {n2p_s}, floor {runs['floor'][-1].wall_s:.3f} s, "

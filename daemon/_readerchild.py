@@ -1,7 +1,8 @@
 """The reader process: runs a report's ordered SELECTs and ships packed rows to its parent.
 
-Started by ``reader.ReaderProcess`` as ``python -m prvstream.daemon._readerchild``; it
-imports nothing but the standard library and the compiled row filler, so it stays small.
+Started by ``reader.ReaderProcess`` as ``python -I -S _readerchild.py FILLER`` (an isolated
+interpreter without site packages; FILLER is the path of the compiled row filler, loaded by
+path); it imports nothing else but the standard library, so it stays small.
 Requests arrive on stdin, one JSON object per line:
 
 - ``{"op": "db", "uri": U}`` opens a database (read-only URI) for the streams that follow,
@@ -19,13 +20,14 @@ that is not an integer).
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import sqlite3
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any, BinaryIO
-
-from prvstream.daemon._rowfill import fill_rows
 
 __all__ = ["FRAME", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE", "main"]
 
@@ -59,6 +61,20 @@ def _open(con: sqlite3.Connection, request: dict[str, Any]) -> _Stream:
     return _Stream(cursor, request, None)
 
 
+#: the compiled row filler (``_rowfill.fill_rows``), loaded by ``main``
+fill_rows: Callable[..., None]
+
+
+def _load_filler(path: str) -> Callable[..., None]:
+    loader = importlib.machinery.ExtensionFileLoader("_rowfill", path)
+    spec = importlib.util.spec_from_file_location("_rowfill", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    filler: Callable[..., None] = module.fill_rows
+    return filler
+
+
 def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | bytearray]:
     """The next chunk filled into the stream's layout, or the stream's error."""
     if stream.error is not None:
@@ -82,7 +98,7 @@ def _connect(uri: str) -> tuple[sqlite3.Connection | None, bytes]:
     try:
         con = sqlite3.connect(uri, uri=True)
         con.execute("PRAGMA query_only=1")
-        con.execute("PRAGMA cache_size=-512")
+        con.execute("PRAGMA cache_size=-256")
     except sqlite3.Error as exc:
         return None, str(exc).encode()
     return con, b""
@@ -125,6 +141,8 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
 
 
 def main() -> None:
+    global fill_rows
+    fill_rows = _load_filler(sys.argv[1])
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

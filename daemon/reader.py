@@ -28,7 +28,7 @@ from typing import IO
 import numpy as np
 import structlog
 
-from prvstream.daemon import rowfill
+from prvstream.daemon import _readerchild, rowfill
 from prvstream.daemon._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
 from prvstream.daemon.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
@@ -48,8 +48,10 @@ class ReaderProcess:
     """The child process and the framing of its answers."""
 
     def __init__(self) -> None:
+        from prvstream.daemon import _rowfill  # built: ``enabled()`` checked it
+
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "prvstream.daemon._readerchild"],
+            [sys.executable, "-I", "-S", _readerchild.__file__, _rowfill.__file__ or ""],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None

@@ -50,6 +50,23 @@ def make_db(path: Path, spec: dict[str, tuple[Sequence[str], Sequence[tuple[obje
     return path
 
 
+def osrt_export_with_wrecked_pages(path: Path) -> Path:
+    """An OSRT table of 60,000 rows whose data pages are overwritten after planning could read
+    the schema: SQLite notices only while it reads the rows."""
+    g = 7 << 24
+    rows = [(i * 7 % 100003, i * 7 % 100003 + 5, g | 1, i % 50) for i in range(60000)]
+    make_db(path, {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(i, f"f{i}") for i in range(50)]),
+        "OSRT_API": (["start", "end", "globalTid", "nameId"], rows),
+    })
+    size = path.stat().st_size
+    with path.open("r+b") as fh:  # wreck the data pages, keep the schema page
+        for page in range(size // 4096 // 2, size // 4096 - 1):
+            fh.seek(page * 4096)
+            fh.write(b"\x0d\xff\xff\xff" * 1024)
+    return path
+
+
 @pytest.fixture
 def real_data_dir() -> Path:
     if not REAL_DATA.is_dir():

@@ -15,7 +15,7 @@ from prvstream.daemon.convert import convert
 from prvstream.daemon.export import open_export
 from prvstream.daemon.synth import SynthSpec, write_job
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
-from tests.conftest import make_db
+from tests.conftest import make_db, osrt_export_with_wrecked_pages
 
 pytestmark = pytest.mark.skipif(not reader.enabled(),
                                 reason="the reader process needs the compiled row filler")
@@ -134,19 +134,9 @@ def test_text_in_an_integer_column_is_not_an_export(tmp_path: Path) -> None:
 
 
 def test_damaged_pages_are_not_an_export(tmp_path: Path) -> None:
-    path = tmp_path / "big.sqlite"
-    rows = [(i * 7 % 100003, i * 7 % 100003 + 5, G | 1, i % 50) for i in range(60000)]
-    make_db(path, {
-        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(i, f"f{i}") for i in range(50)]),
-        "OSRT_API": (["start", "end", "globalTid", "nameId"], rows),
-    })
+    path = osrt_export_with_wrecked_pages(tmp_path / "big.sqlite")
     with open_export(path) as export:
         sql = tables.select_sql(export, "osrt")
-    size = path.stat().st_size
-    with path.open("r+b") as fh:  # wreck the data pages, keep the schema page
-        for page in range(size // 4096 // 2, size // 4096 - 1):
-            fh.seek(page * 4096)
-            fh.write(b"\x0d\xff\xff\xff" * 1024)
     lease = reader.lease(path)
     assert lease is not None and sql is not None
     try:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from prvstream.daemon import tables
 from prvstream.daemon.export import Export, open_export
 from prvstream.sinks.errors import NotAnExport
-from tests.conftest import make_db, real_export_params
+from tests.conftest import make_db, osrt_export_with_wrecked_pages, real_export_params
 
 
 def _count(export: Export, kind: str) -> int:
@@ -173,19 +173,7 @@ def test_synthetic_every_kind(tmp_path: Path) -> None:
 
 
 def test_damaged_table_raises_not_an_export(tmp_path: Path) -> None:
-    path = tmp_path / "big.sqlite"
-    rows = [(i * 7 % 100003, i * 7 % 100003 + 5, G | 1, i % 50) for i in range(60000)]
-    make_db(path, {
-        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(i, f"f{i}") for i in range(50)]),
-        "OSRT_API": (["start", "end", "globalTid", "nameId"], rows),
-    })
-    with open_export(path) as export:
-        pass
-    size = path.stat().st_size
-    with path.open("r+b") as fh:  # wreck the data pages, keep the schema page
-        for page in range(size // 4096 // 2, size // 4096 - 1):
-            fh.seek(page * 4096)
-            fh.write(b"\x0d\xff\xff\xff" * 1024)
+    path = osrt_export_with_wrecked_pages(tmp_path / "big.sqlite")
     with pytest.raises(NotAnExport) as exc, open_export(path) as export:
         for _ in tables.stream(export, "osrt", 1000):
             pass

@@ -35,6 +35,7 @@ __all__ = [
     "KindSource",
     "ProcessRow",
     "open_export",
+    "pack_i4_pair",
     "pid_of",
     "process_of",
     "quote_identifier",
@@ -604,6 +605,12 @@ class Export:
 def wrap_i4(expr: str) -> str:
     """SQL wrapping an integer into int32 two's complement (CUPTI's UINT32_MAX becomes -1)."""
     return f"((({expr}) + 2147483648) & 4294967295) - 2147483648"
+
+
+def pack_i4_pair(lo: str, hi: str) -> str:
+    """SQL packing two int32 values into one int64, low half first: read back over two
+    adjacent int32 fields of a little-endian structured array (``rowfill``)."""
+    return f"(({lo}) & 4294967295) | (({hi}) << 32)"
 
 
 def quote_identifier(name: str) -> str:

@@ -8,7 +8,6 @@ phases, in time order, to a sink. Batch conversion and the daemon both build on 
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sqlite3
 from collections import Counter
@@ -20,7 +19,14 @@ import numpy as np
 import structlog
 
 from prvstream.daemon import reader, tables
-from prvstream.daemon.export import Export, ExportPlan, open_export, quote_identifier, wrap_i4
+from prvstream.daemon.export import (
+    Export,
+    ExportPlan,
+    open_export,
+    pack_i4_pair,
+    quote_identifier,
+    wrap_i4,
+)
 from prvstream.daemon.merge import PRIO_BEGIN, Stream, merge
 from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
 from prvstream.daemon.reader import ReaderLease
@@ -154,7 +160,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
             )
-        to_reader = _reader_kinds(export, kinds) if prefetch_rows is not None else []
+        to_reader = (_reader_kinds(export, kinds)
+                     if prefetch_rows is not None and reader.enabled() else [])
         lease = reader.lease(export.path) if to_reader else None
         if lease is not None and prefetch_rows is not None:
             reading = (lease, {k: _source(export, k, prefetch_rows, lease) for k in to_reader})
@@ -334,50 +341,31 @@ class ActivityRouter:
 #: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy), so that a kernel's
 #: last value is the small int 0 (fewer Python objects per fetched row)
 _COMM_SQL = """
-SELECT r.start, r.globalTid, g.start, g.globalPid,
-  ({device} & 4294967295) | ({stream} << 32), {size_kind}
+SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}
 FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
 JOIN {table} AS g
   ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
 """
 _COMM_DTYPE = np.dtype([("start", "<i8"), ("gtid", "<i8"), ("recv", "<i8"), ("gpid", "<i8"),
                         ("device", "<i4"), ("stream", "<i4"), ("size_kind", "<i8")])
-_COMM_LAYOUT = ((0, 8, 16, 24, 32, 40), (8, 8, 8, 8, 8, 8))
+_COMM_LAYOUT = tables.fetch_layout(_COMM_DTYPE)
 
 
 def comm_sql(export: Export) -> str | None:
     """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
     parts = []
-    ids = {"device": wrap_i4("COALESCE(g.deviceId, -1)"),
-           "stream": wrap_i4("COALESCE(g.streamId, -1)")}
+    device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
+                                 wrap_i4("COALESCE(g.streamId, -1)"))
     if export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
-        parts.append(_COMM_SQL.format(**ids, size_kind="0",
+        parts.append(_COMM_SQL.format(device_stream=device_stream, size_kind="0",
                                       table="CUPTI_ACTIVITY_KIND_KERNEL"))
     if export.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
-        parts.append(_COMM_SQL.format(**ids, size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
+        parts.append(_COMM_SQL.format(device_stream=device_stream,
+                                      size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
                                       table="CUPTI_ACTIVITY_KIND_MEMCPY"))
     if not parts or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
         return None
     return " UNION ALL ".join(parts) + " ORDER BY 1"
-
-
-def _comm_chunks(export: Export, sql: str, chunk_rows: int) -> Iterator[np.ndarray]:
-    cur = export.connection.cursor()
-    try:
-        try:
-            cur.execute(sql)
-            while rows := cur.fetchmany(chunk_rows):
-                chunk = rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT)
-                del rows  # not kept alive while the stream is suspended
-                yield chunk
-        except sqlite3.DatabaseError as exc:
-            log.warning("export_read_failed", path=str(export.path), kind="comm",
-                        error=str(exc))
-            raise NotAnExport(f"{export.path}: reading comm rows failed ({exc}); the file is "
-                              f"damaged or was truncated: re-export the report") from exc
-    finally:
-        with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
-            cur.close()
 
 
 #: share of the estimated reading cost the reader process takes: the converter's own work
@@ -425,7 +413,8 @@ def _source(export: Export, kind: str, chunk_rows: int,
             return iter(())
         if lease is not None:
             return lease.stream(sql, _COMM_DTYPE, _COMM_LAYOUT, chunk_rows, "comm")
-        return _comm_chunks(export, sql, chunk_rows)
+        return tables.chunks(export, sql, "comm", chunk_rows,
+                             lambda rows: rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT))
     if lease is None or kind == "nvtx":
         return tables.stream(export, kind, chunk_rows)
     sql = tables.select_sql(export, kind)
@@ -477,7 +466,7 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
         sources = rep.reading[1]
         rep.reading = None
     else:
-        to_reader = _reader_kinds(ctx.export, rep.kinds)
+        to_reader = _reader_kinds(ctx.export, rep.kinds) if reader.enabled() else []
         lease = reader.lease(rep.export.path) if to_reader else None
         sources = {k: _source(ctx.export, k, chunk_rows, lease)
                    for k in to_reader} if lease is not None else {}

@@ -28,7 +28,7 @@ from typing import IO
 import numpy as np
 import structlog
 
-from prvstream.daemon import _readerchild, rowfill
+from prvstream.daemon import _readerchild, rowfill, tables
 from prvstream.daemon._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
 from prvstream.daemon.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
@@ -68,6 +68,11 @@ class ReaderProcess:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """Running and not known to be broken."""
+        return not self.broken and self._proc.poll() is None
 
     def send(self, request: dict[str, object]) -> None:
         try:
@@ -192,13 +197,10 @@ class ReaderLease:
                 p.drain(sid)
 
     def _error(self, status: int, message: str, what: str) -> NotAnExport:
-        log.warning("export_read_failed", path=str(self.path), kind=what, error=message)
+        """The same error an in-process read gives (``tables.chunks``)."""
         if status == STATUS_BAD_VALUE:
-            return NotAnExport(
-                f"{self.path}: the {what} rows hold a value that is not an integer "
-                f"({message}); this is not an intact Nsight Systems export, re-export it")
-        return NotAnExport(f"{self.path}: reading {what} rows failed ({message}); the file is "
-                           f"damaged or was truncated: re-export the report")
+            return tables.not_integer(self.path, what, message)
+        return tables.read_failed(self.path, what, message)
 
     def release(self) -> None:
         """Close the lease's streams and hand the reader back."""
@@ -209,7 +211,7 @@ class ReaderLease:
                     p.drain(sid)
                 self._open.clear()
         finally:
-            _release(p)
+            _release()
 
 
 #: chunks requested ahead per stream: with one, the reader sat idle while the converter
@@ -229,7 +231,7 @@ def lease(path: Path) -> ReaderLease | None:
     with _lock:
         if _busy:
             return None
-        if _reader is not None and (_reader.broken or _reader._proc.poll() is not None):
+        if _reader is not None and not _reader.alive:
             _reader.close()
             _reader = None
         if _reader is None:
@@ -243,11 +245,11 @@ def lease(path: Path) -> ReaderLease | None:
     try:
         return ReaderLease(process, path)
     except PrvstreamError:
-        _release(process)
+        _release()
         return None
 
 
-def _release(process: ReaderProcess) -> None:
+def _release() -> None:
     global _busy
     with _lock:
         _busy = False

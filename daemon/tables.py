@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Final
 
 import numpy as np
 import structlog
 
-from prvstream.daemon.export import Export, KindSource, quote_identifier, wrap_i4
+from prvstream.daemon.export import Export, KindSource, pack_i4_pair, quote_identifier, wrap_i4
 from prvstream.daemon.rowfill import Layout, field_offset, rows_to_array
 from prvstream.sinks.errors import NotAnExport
 
-__all__ = ["DTYPES", "KINDS", "available_kinds", "select_sql", "stream"]
+__all__ = [
+    "DTYPES",
+    "GROUPS",
+    "KINDS",
+    "LAYOUTS",
+    "available_kinds",
+    "chunks",
+    "fetch_layout",
+    "not_integer",
+    "read_failed",
+    "select_sql",
+    "stream",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -110,12 +123,17 @@ def _groups(dtype: np.dtype) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
+def fetch_layout(dtype: np.dtype) -> Layout:
+    """Where each fetched value lands when adjacent int32 fields are fetched as one packed
+    int64 (``export.pack_i4_pair``), in ``_groups`` order."""
+    groups = _groups(dtype)
+    return (tuple(field_offset(dtype, g[0]) for g in groups),
+            tuple(4 if len(g) == 1 and dtype[g[0]].itemsize == 4 else 8 for g in groups))
+
+
 #: kind -> fetched value groups, and where each value lands in the kind's dtype
 GROUPS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {k: _groups(d) for k, d in DTYPES.items()}
-LAYOUTS: Final[dict[str, Layout]] = {
-    k: (tuple(field_offset(DTYPES[k], g[0]) for g in groups),
-        tuple(4 if len(g) == 1 and DTYPES[k][g[0]].itemsize == 4 else 8 for g in groups))
-    for k, groups in GROUPS.items()}
+LAYOUTS: Final[dict[str, Layout]] = {k: fetch_layout(d) for k, d in DTYPES.items()}
 
 #: defaults for missing/NULL columns other than -1
 _DEFAULTS: Final[dict[tuple[str, str], str]] = {("nvtx", "domain"): "0"}
@@ -146,9 +164,9 @@ def _select_one(export: Export, kind: str, src: KindSource) -> str:
     for group in GROUPS[kind]:
         if len(group) == 1:
             exprs.append(f"{by_field[group[0]]} AS {group[0]}")
-        else:  # low half first: the int64 lands on the two int32 fields as they are laid out
-            lo, hi = by_field[group[0]], by_field[group[1]]
-            exprs.append(f"(({lo}) & 4294967295) | (({hi}) << 32) AS {'_'.join(group)}")
+        else:
+            packed = pack_i4_pair(by_field[group[0]], by_field[group[1]])
+            exprs.append(f"{packed} AS {'_'.join(group)}")
     if kind == "nvtx":
         if export.has(t, "text"):
             inline = ("CASE WHEN textId IS NULL THEN text END" if export.has(t, "textId")
@@ -191,27 +209,36 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
     dtype = DTYPES[kind]
     if kind == "nvtx":
         export.inline_ids()  # number inline texts canonically before the first chunk
+        yield from chunks(export, sql, kind, chunk_rows,
+                          lambda rows: _nvtx_chunk(export, rows, dtype))
+    else:
+        yield from chunks(export, sql, kind, chunk_rows,
+                          lambda rows: rows_to_array(rows, dtype, LAYOUTS[kind]))
+
+
+def chunks(export: Export, sql: str, what: str, chunk_rows: int,
+           fill: Callable[[list[tuple[object, ...]]], np.ndarray]) -> Iterator[np.ndarray]:
+    """Run ``sql`` on the export and yield ``fill(rows)`` per ``fetchmany`` of ``chunk_rows``.
+
+    SQLite errors and values ``fill`` refuses become ``NotAnExport`` naming ``what``.
+    """
     cur = export.connection.cursor()
     try:
         try:
             cur.execute(sql)
         except sqlite3.DatabaseError as exc:
-            raise _damaged(export, kind, exc) from exc
+            raise read_failed(export.path, what, str(exc)) from exc
         while True:
             try:
                 rows = cur.fetchmany(chunk_rows)
             except sqlite3.DatabaseError as exc:
-                raise _damaged(export, kind, exc) from exc
+                raise read_failed(export.path, what, str(exc)) from exc
             if not rows:
                 break
             try:
-                chunk = (_nvtx_chunk(export, rows, dtype) if kind == "nvtx"
-                         else rows_to_array(rows, dtype, LAYOUTS[kind]))
+                chunk = fill(rows)
             except (ValueError, TypeError, OverflowError) as exc:
-                raise NotAnExport(
-                    f"{export.path}: the {kind} rows hold a value that is not an integer "
-                    f"({exc}); this is not an intact Nsight Systems export, re-export it"
-                ) from exc
+                raise not_integer(export.path, what, str(exc)) from exc
             del rows  # a suspended stream must not keep its fetched tuples alive
             yield chunk
     finally:
@@ -230,8 +257,15 @@ def _nvtx_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype)
     return out
 
 
-def _damaged(export: Export, kind: str, exc: sqlite3.DatabaseError) -> NotAnExport:
-    log.warning("export_read_failed", path=str(export.path), kind=kind, error=str(exc))
-    return NotAnExport(f"{export.path}: reading {kind} rows failed ({exc}); the file is damaged "
+def read_failed(path: Path, what: str, message: str) -> NotAnExport:
+    """The error (logged once here) for SQLite failing to read ``what`` rows of an export."""
+    log.warning("export_read_failed", path=str(path), kind=what, error=message)
+    return NotAnExport(f"{path}: reading {what} rows failed ({message}); the file is damaged "
                        f"or was truncated: re-export the report")
 
+
+def not_integer(path: Path, what: str, message: str) -> NotAnExport:
+    """The error for ``what`` rows holding a value that is not an integer."""
+    return NotAnExport(
+        f"{path}: the {what} rows hold a value that is not an integer ({message}); this is "
+        f"not an intact Nsight Systems export, re-export it")

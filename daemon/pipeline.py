@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,7 +160,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
             )
-        to_reader = (_reader_kinds(export, kinds)
+        to_reader = (_reader_kinds(kinds, _table_rows(export, kinds))
                      if prefetch_rows is not None and reader.enabled() else [])
         lease = reader.lease(export.path) if to_reader else None
         if lease is not None and prefetch_rows is not None:
@@ -376,23 +376,30 @@ _READER_SHARE = 0.75
 _READER_MIN_ROWS = 50_000
 
 
-def _reader_kinds(export: Export, kinds: list[str]) -> list[str]:
+def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:
+    """Rows per kind that ``_reader_kinds`` weighs, before a plan exists (``COUNT(*)`` is cheap:
+    SQLite counts a table's b-tree pages without decoding rows)."""
+    return {kind: sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
+                      for (n,) in export.rows(f"SELECT COUNT(*) FROM {_q(src.table)}"))
+            for kind in {*kinds, "runtime", "kernel", "memcpy"} - {"nvtx", "comm"}}
+
+
+def _reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
     """The kinds the reader process reads (none for a small report), costliest first (the
-    order their queries start in); the rest are read in-process.
+    order their queries start in); the rest are read in-process. ``rows``: rows per kind
+    (``_table_rows``, or a plan's counts).
 
     Cost estimate: rows x (values fetched per row + 2) per table, and for the comm join its
     rows x 8 plus a probe per API row. Largest first, each one that keeps the reader within
     its share (the largest always).
     """
-    rows: dict[str, int] = {}
-    for kind in {*kinds, "runtime", "kernel", "memcpy"} - {"nvtx", "comm"}:
-        rows[kind] = sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
-                         for (n,) in export.rows(f"SELECT COUNT(*) FROM {_q(src.table)}"))
-    costs = {k: rows[k] * (len(tables.GROUPS[k]) + 2) for k in kinds if k in rows}
-    if "comm" in kinds:
-        costs["comm"] = (rows["kernel"] + rows["memcpy"]) * 8 + rows["runtime"] * 3
-    if sum(rows.values()) < _READER_MIN_ROWS:
+    weighed = {*kinds, "runtime", "kernel", "memcpy"} - {"nvtx", "comm"}
+    if sum(rows.get(k, 0) for k in weighed) < _READER_MIN_ROWS:
         return []
+    costs = {k: rows.get(k, 0) * (len(tables.GROUPS[k]) + 2) for k in kinds if k in weighed}
+    if "comm" in kinds:
+        costs["comm"] = ((rows.get("kernel", 0) + rows.get("memcpy", 0)) * 8
+                         + rows.get("runtime", 0) * 3)
     total = sum(costs.values())
     chosen: list[str] = []
     taken = 0
@@ -466,7 +473,7 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
         sources = rep.reading[1]
         rep.reading = None
     else:
-        to_reader = _reader_kinds(ctx.export, rep.kinds) if reader.enabled() else []
+        to_reader = _reader_kinds(rep.kinds, rep.plan.counts) if reader.enabled() else []
         lease = reader.lease(rep.export.path) if to_reader else None
         sources = {k: _source(ctx.export, k, chunk_rows, lease)
                    for k in to_reader} if lease is not None else {}

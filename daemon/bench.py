@@ -24,7 +24,7 @@ import msgspec
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.procmem import TreeSampler
+from prvstream.daemon.procmem import wait_with_peak
 from prvstream.daemon.synth import SynthSpec, steps_for_rows
 from prvstream.sinks.errors import PrvstreamError
 
@@ -63,11 +63,8 @@ def _run_child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        helpers = TreeSampler(proc.pid)  # the reader process: its peak counts too
-        _, status, usage = os.wait4(proc.pid, 0)
+        peak_kib, _ = wait_with_peak(proc)  # the reader process's peak counts too
         seconds = time.perf_counter() - started
-        helpers_kib = helpers.stop()
-        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
@@ -75,7 +72,7 @@ def _run_child(cmd: list[str], what: str, env: dict[str, str] | None = None) -> 
         tail = (stderr or stdout).strip().splitlines()[-5:]
         raise PrvstreamError(f"bench: the {what} step failed (exit {proc.returncode}): "
                              + " | ".join(tail))
-    return _Child(seconds, (usage.ru_maxrss + helpers_kib) / 1024, stdout)
+    return _Child(seconds, peak_kib / 1024, stdout)
 
 
 def _prv_records(prv: Path) -> int:

@@ -8,10 +8,13 @@ bound of the memory the conversion held at any moment.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
+import time
 from pathlib import Path
 
-__all__ = ["TreeSampler", "descendants", "peak_kib"]
+__all__ = ["TreeSampler", "descendants", "peak_kib", "wait_with_peak"]
 
 
 def peak_kib(pid: int) -> int | None:
@@ -70,3 +73,25 @@ class TreeSampler:
         self._done.set()
         self._thread.join()
         return sum(self.peaks.values())
+
+
+def wait_with_peak(proc: subprocess.Popen[bytes], timeout: float | None = None
+                   ) -> tuple[int, bool]:
+    """Wait for ``proc`` (killed after ``timeout`` seconds): the peak RSS of it and of the
+    processes it started, KiB (its ``ru_maxrss`` plus their peaks), and whether it timed out.
+    Sets ``proc.returncode`` (-9 on a timeout)."""
+    helpers = TreeSampler(proc.pid)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = False
+    while True:
+        pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            proc.kill()
+            _, _, usage = os.wait4(proc.pid, 0)
+            proc.returncode, timed_out = -9, True
+            break
+        time.sleep(0.005)
+    return usage.ru_maxrss + helpers.stop(), timed_out

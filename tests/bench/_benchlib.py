@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from prvstream.daemon.procmem import TreeSampler
+from prvstream.daemon.procmem import wait_with_peak
 
 __all__ = [
     "GPU_TABLES",
@@ -78,27 +78,13 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
         start = time.perf_counter()
         proc = subprocess.Popen(["nice", "-n", "5", *cmd], cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
-        helpers = TreeSampler(proc.pid)  # e.g. prvstream's reader process
-        deadline = start + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                _, status, usage = os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                return Run(time.perf_counter() - start,
-                           (usage.ru_maxrss + helpers.stop()) / 1024, -9,
-                           max(before, load()), timed_out=True)
-            time.sleep(0.005)
+        peak_kib, timed_out = wait_with_peak(proc, timeout)  # with prvstream's reader
         wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]
-    return Run(wall, (usage.ru_maxrss + helpers.stop()) / 1024, proc.returncode,
-               max(before, load()))
+    return Run(wall, peak_kib / 1024, proc.returncode, max(before, load()),
+               timed_out=timed_out)
 
 
 def median(values: list[float]) -> float:

@@ -123,6 +123,15 @@ def _next_line(lines: queue.Queue[str], want: str, timeout: float = 20.0) -> str
     raise AssertionError(f"no line containing {want!r} within {timeout}s")
 
 
+def _reap(proc: subprocess.Popen[str]) -> None:
+    """Kill a follower that a failed check left running; close its output pipe."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
 def test_follow_prints_each_new_record_of_a_growing_file(tmp_path: Path,
                                                          as_json: bool) -> None:
@@ -156,12 +165,9 @@ def test_follow_prints_each_new_record_of_a_growing_file(tmp_path: Path,
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        _reap(proc)
         assert proc.stderr is not None
         err = proc.stderr.read()
-        proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()
     assert "Traceback" not in err
 
@@ -188,10 +194,7 @@ def test_follow_rereads_after_truncation(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        proc.stdout.close()  # type: ignore[union-attr]
+        _reap(proc)
 
 
 def test_convert_writes_a_bounded_state_and_the_full_history(

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from prvstream.daemon.cli import main
+from prvstream.daemon.cli.main import main
 
 sys.exit(main())

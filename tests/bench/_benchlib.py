@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from prvstream.daemon.procmem import wait_with_peak
+from prvstream.daemon.synthetic.procmem import wait_with_peak
 
 __all__ = [
     "GPU_TABLES",
@@ -103,7 +103,7 @@ def synth_export(path: Path, rows: int, version: str = "2024.5") -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     code = ("import sys\n"
-            "from prvstream.daemon.synth import SynthSpec, steps_for_rows, write_export\n"
+            "from prvstream.daemon.synthetic.synth import SynthSpec, steps_for_rows, write_export\n"
             "rows, version, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
             "spec = SynthSpec(ranks=1, nsys_version=version)\n"
             "spec = SynthSpec(ranks=1, nsys_version=version, steps=steps_for_rows(rows, spec))\n"

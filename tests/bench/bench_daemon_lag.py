@@ -23,7 +23,7 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from prvstream.daemon.synth import SynthSpec, export_name, write_export
+from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
 from tests.daemon.daemon_proc import (
     DaemonProcess,
     job_status,

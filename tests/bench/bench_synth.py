@@ -16,7 +16,7 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sqlite3, sys, time
-from prvstream.daemon.synth import SynthSpec, steps_for_rows, write_export
+from prvstream.daemon.synthetic.synth import SynthSpec, steps_for_rows, write_export
 rows, version, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 spec = SynthSpec(ranks=1, nsys_version=version)
 spec = SynthSpec(ranks=1, nsys_version=version, steps=steps_for_rows(rows, spec))

@@ -384,7 +384,7 @@ def compare(export: Path, prv: Path, run: RunResult) -> tuple[list[Row], list[st
 def convert_export(export: Path, out: Path) -> Path:
     """Batch-convert one export with prvstream; the .prv path."""
     from prvstream.daemon.config import load_settings
-    from prvstream.daemon.convert import convert
+    from prvstream.daemon.stream.batch import convert
 
     settings = load_settings(None, {"state_dir": str(out.parent / "state")}, environ={})
     convert([str(export)], out, settings)

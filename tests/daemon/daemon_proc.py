@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prvstream.daemon.journal import JobJournal, journal_path
+from prvstream.daemon.live.journal import JobJournal, journal_path
 
 __all__ = [
     "DaemonDied",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prvstream.daemon.cli import cli
+from prvstream.daemon.cli.main import cli
 
 
 def test_bench_prints_rates_memory_and_lag(tmp_path: Path,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from prvstream.daemon.cli import build_parser, cli
+from prvstream.daemon.cli.main import build_parser, cli
 
 SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench"]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from prvstream.daemon.cli import cli
+from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.convert import convert
-from prvstream.sinks import paraver as pv
+from prvstream.daemon.stream.batch import convert
+from prvstream.sinks.paraver import format as pv
 from tests.conftest import real_export_params, real_exports
 from tests.prv_check import validate
 
@@ -160,7 +160,7 @@ def test_directory_input(tmp_path: Path, settings) -> None:
 
 def test_gpu_metrics_become_events_on_a_gpu_thread(tmp_path: Path, settings) -> None:
     """GPU_METRICS samples -> event 9400+metricId on the owning process's GPU metrics thread."""
-    from prvstream.daemon.synth import SynthSpec, write_export
+    from prvstream.daemon.synthetic.synth import SynthSpec, write_export
 
     export = write_export(tmp_path / "r0.sqlite", SynthSpec(ranks=1, steps=2), 0)
     con = sqlite3.connect(export)

@@ -15,14 +15,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from structlog.testing import capture_logs
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.discover import (
+from prvstream.daemon.live.journal import OWNED_MARKER
+from prvstream.daemon.service.discover import (
     DONE_MARKER,
     Candidate,
     DiscoveryScope,
     open_discovery,
     scan_once,
 )
-from prvstream.daemon.journal import OWNED_MARKER
 from prvstream.sinks.errors import ConfigError
 
 DEBOUNCE = 0.05
@@ -224,9 +224,9 @@ def test_missing_root_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_service_loop_shape(root: Path, tmp_path: Path) -> None:
     """discover -> wait_ready in a worker -> journal: the shape the service runs."""
-    from prvstream.daemon.journal import JobJournal, ReportEntry
-    from prvstream.daemon.readiness import Invalid, Ready, wait_ready
-    from prvstream.daemon.synth import SynthSpec, write_export
+    from prvstream.daemon.live.journal import JobJournal, ReportEntry
+    from prvstream.daemon.service.readiness import Invalid, Ready, wait_ready
+    from prvstream.daemon.synthetic.synth import SynthSpec, write_export
 
     state = tmp_path / "state"
     good = write_export(root / "job1" / "rank0.sqlite", SynthSpec(ranks=1, steps=1), 0)

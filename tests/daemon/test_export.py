@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from prvstream.daemon import tables
-from prvstream.daemon.export import ENUM_FALLBACKS, Export, open_export, process_of
+from prvstream.daemon.nsys import tables
+from prvstream.daemon.nsys.export import ENUM_FALLBACKS, Export, open_export, process_of
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from tests.conftest import make_db, real_export_params, real_exports
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon.journal import (
+from prvstream.daemon.live.journal import (
     OWNED_MARKER,
     JobJournal,
     OutputDir,
@@ -19,8 +19,8 @@ from prvstream.daemon.journal import (
     open_for_output,
     safe_output_path,
 )
-from prvstream.daemon.numbering import Numbering, cpu_key, gpu_key
-from prvstream.daemon.readiness import ReportIdentity
+from prvstream.daemon.service.readiness import ReportIdentity
+from prvstream.daemon.stream.numbering import Numbering, cpu_key, gpu_key
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
 
 IDENT = ReportIdentity(device=1, inode=2, size=3, mtime_ns=4, head_sha256="ab" * 32)

@@ -10,11 +10,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.convert import convert
-from prvstream.daemon.journal import JobJournal
-from prvstream.daemon.livetrace import LiveTrace
-from prvstream.daemon.readiness import report_identity
-from prvstream.daemon.synth import SynthSpec, write_job
+from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.live.livetrace import LiveTrace
+from prvstream.daemon.service.readiness import report_identity
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from tests.prv_check import validate
 
 

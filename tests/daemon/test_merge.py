@@ -6,8 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon.fastfmt import WIDTH, format_records, template
-from prvstream.daemon.merge import (
+from prvstream.daemon.stream.merge import (
     PRIO_BEGIN,
     PRIO_END,
     RecordBatch,
@@ -16,6 +15,7 @@ from prvstream.daemon.merge import (
     merge_bounded,
     sort_batch,
 )
+from prvstream.sinks.paraver.fastfmt import WIDTH, format_records, template
 
 _INTERVALS = st.lists(
     st.lists(st.tuples(st.integers(0, 60), st.integers(0, 15)), max_size=40),

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from prvstream.daemon.notify import (
+from prvstream.daemon.service.notify import (
     notify,
     notify_ready,
     notify_status,

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from prvstream.daemon.procmem import TreeSampler, descendants, peak_kib, wait_with_peak
+from prvstream.daemon.synthetic.procmem import TreeSampler, descendants, peak_kib, wait_with_peak
 
 
 def test_a_grandchild_peak_is_counted() -> None:

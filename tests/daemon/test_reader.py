@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prvstream.daemon import reader, tables
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.convert import convert
-from prvstream.daemon.export import open_export
-from prvstream.daemon.synth import SynthSpec, write_job
+from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys.export import open_export
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from tests.conftest import make_db, osrt_export_with_wrecked_pages
 
@@ -26,7 +26,7 @@ G = 7 << 24
 @pytest.fixture(autouse=True)
 def small_reports_use_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """These exports are tiny; real conversions read reports this small in-process."""
-    from prvstream.daemon import pipeline
+    from prvstream.daemon.stream import pipeline
     monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 0)
 
 
@@ -75,8 +75,8 @@ def test_conversion_bytes_do_not_depend_on_the_reader(job: list[Path], tmp_path:
 
 def test_small_reports_are_read_in_process(job: list[Path],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from prvstream.daemon import pipeline
-    from prvstream.daemon.pipeline import prepare
+    from prvstream.daemon.stream import pipeline
+    from prvstream.daemon.stream.pipeline import prepare
 
     monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 50_000)
     rep = prepare(job[0], None, prefetch_rows=16)
@@ -181,7 +181,7 @@ def test_one_report_prefetched_at_planning_gives_the_same_bytes(
 
 
 def test_a_prefetched_report_closed_unread_frees_the_reader(job: list[Path]) -> None:
-    from prvstream.daemon.pipeline import prepare
+    from prvstream.daemon.stream.pipeline import prepare
 
     rep = prepare(job[0], None, prefetch_rows=16)
     assert rep.reading is not None

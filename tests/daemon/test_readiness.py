@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from prvstream.daemon.readiness import (
+from prvstream.daemon.service.readiness import (
     Invalid,
     NotYet,
     Ready,
@@ -177,7 +177,7 @@ async def test_unfinished_export_becomes_invalid_after_max_wait(tmp_path: Path) 
 @pytest.mark.anyio
 async def test_wait_ready_backs_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stuck file is looked at a handful of times, not in a hot loop (a spy counts looks)."""
-    import prvstream.daemon.readiness as readiness
+    import prvstream.daemon.service.readiness as readiness
 
     path = make_export(tmp_path / "rank0.sqlite", final=False)
     looks = 0
@@ -210,7 +210,7 @@ async def test_vanished_file_is_gone(tmp_path: Path) -> None:
 
 def test_synthetic_export_is_ready(tmp_path: Path) -> None:
     """An export written by prvstream's own synth (the real nsys schema) passes."""
-    from prvstream.daemon.synth import SynthSpec, write_export
+    from prvstream.daemon.synthetic.synth import SynthSpec, write_export
 
     path = tmp_path / "rank0.sqlite"
     write_export(path, SynthSpec(ranks=1, steps=2), 0)

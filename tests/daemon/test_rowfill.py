@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon import rowfill
-from prvstream.daemon.tables import DTYPES
+from prvstream.daemon.nsys import rowfill
+from prvstream.daemon.nsys.tables import DTYPES
 
 needs_c = pytest.mark.skipif(not rowfill.compiled(),
                              reason="the C row filler was not built (no compiler at install)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from prvstream.daemon.synth import SynthSpec, export_name, write_export
+from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
 from tests.conftest import REAL_DATA, real_exports
 from tests.daemon.daemon_proc import (
     DaemonProcess,

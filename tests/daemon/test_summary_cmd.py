@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prvstream.daemon.cli import cli
-from prvstream.daemon.summary_cmd import resolve_target
+from prvstream.daemon.cli.main import cli
+from prvstream.daemon.cli.summary import resolve_target
 from prvstream.sinks.base import ACTIVITY_DTYPE, ActivityKind, DeviceInfo, ProcessInfo, ReportInfo
 from prvstream.sinks.efficiency import EfficiencyModel, feed_report
 from prvstream.sinks.errors import PrvstreamError
@@ -199,7 +199,7 @@ def test_follow_rereads_after_truncation(tmp_path: Path) -> None:
 
 def test_convert_writes_a_bounded_state_and_the_full_history(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from prvstream.daemon.synth import SynthSpec, write_export
+    from prvstream.daemon.synthetic.synth import SynthSpec, write_export
     from prvstream.sinks.summary import decode_state, iter_records
 
     exports = [write_export(tmp_path / f"r{r}.sqlite", SynthSpec(ranks=2, steps=12), r)

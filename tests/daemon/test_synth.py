@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon.cli import cli
-from prvstream.daemon.synth import (
+from prvstream.daemon.cli.main import cli
+from prvstream.daemon.synthetic.synth import (
     SynthSpec,
     export_name,
     iter_job,

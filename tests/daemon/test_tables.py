@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon import tables
-from prvstream.daemon.export import Export, open_export
+from prvstream.daemon.nsys import tables
+from prvstream.daemon.nsys.export import Export, open_export
 from prvstream.sinks.errors import NotAnExport
 from tests.conftest import make_db, osrt_export_with_wrecked_pages, real_export_params
 

@@ -20,8 +20,8 @@ from types import ModuleType
 import pytest
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.convert import convert
-from prvstream.daemon.synth import SynthSpec, write_export
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_export
 from tests.conftest import real_export_params
 from tests.prv_check import parse_pcf
 
@@ -276,7 +276,7 @@ def test_paramedir_useful_per_gpu_equals_the_summary(export: Path, tmp_path: Pat
     counted once). Where a GPU runs compute on one stream, the two must be equal to the ns.
     """
     from prvstream.daemon.config import load_settings
-    from prvstream.daemon.convert import convert
+    from prvstream.daemon.stream.batch import convert
     from prvstream.sinks.efficiency import EfficiencyModel
 
     paramedir = _paramedir()

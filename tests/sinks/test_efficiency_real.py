@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.convert import convert
+from prvstream.daemon.stream.batch import convert
 from prvstream.sinks.efficiency import EfficiencyModel
 from tests.conftest import real_export_params
 

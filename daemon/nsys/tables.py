@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 import structlog
 
-from prvstream.daemon.export import Export, KindSource, pack_i4_pair, quote_identifier, wrap_i4
-from prvstream.daemon.rowfill import Layout, field_offset, rows_to_array
+from prvstream.daemon.nsys.export import Export, KindSource, pack_i4_pair, quote_identifier, wrap_i4
+from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
 from prvstream.sinks.errors import NotAnExport
 
 __all__ = [

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from prvstream.daemon import reader, tables
-from prvstream.daemon.export import (
+from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys.export import (
     Export,
     ExportPlan,
     open_export,
@@ -27,10 +27,11 @@ from prvstream.daemon.export import (
     quote_identifier,
     wrap_i4,
 )
-from prvstream.daemon.merge import PRIO_BEGIN, Stream, merge
-from prvstream.daemon.numbering import Numbering, ThreadKey, cpu_key, gpu_key
-from prvstream.daemon.reader import ReaderLease
-from prvstream.daemon.records import (
+from prvstream.daemon.nsys.reader import ReaderLease
+from prvstream.daemon.nsys.rowfill import rows_to_array
+from prvstream.daemon.stream.merge import PRIO_BEGIN, Stream, merge
+from prvstream.daemon.stream.numbering import Numbering, ThreadKey, cpu_key, gpu_key
+from prvstream.daemon.stream.records import (
     _KIND_RANK,
     CONVERTERS,
     ReportContext,
@@ -38,8 +39,6 @@ from prvstream.daemon.records import (
     metrics_name,
     stream_name,
 )
-from prvstream.daemon.rowfill import rows_to_array
-from prvstream.sinks import paraver as pv
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
     PHASE_DTYPE,
@@ -50,6 +49,7 @@ from prvstream.sinks.base import (
 )
 from prvstream.sinks.base import Sink as SinkProtocol
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
+from prvstream.sinks.paraver import format as pv
 
 __all__ = [
     "CONVERTIBLE_KINDS",
@@ -243,7 +243,7 @@ def value_labels_of(rep: PreparedReport) -> dict[str, set[str]]:
 
 
 def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
-    from prvstream.daemon.records import value_label
+    from prvstream.daemon.stream.records import value_label
 
     out: dict[str, set[str]] = {}
     for kind, values in rep.plan.values.items():
@@ -432,7 +432,7 @@ def _source(export: Export, kind: str, chunk_rows: int,
 
 def _comm_stream(ctx: ReportContext, chunks: Iterator[np.ndarray],
                  counts: Counter[str]) -> Stream:
-    from prvstream.daemon.records import _keys, _lines
+    from prvstream.daemon.stream.records import _keys, _lines
 
     for chunk in chunks:
         send = chunk["start"] + ctx.offset

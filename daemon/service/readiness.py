@@ -16,7 +16,7 @@ import anyio
 import msgspec
 import structlog
 
-from prvstream.daemon.export import ro_uri
+from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import ExportIncomplete
 
 __all__ = [

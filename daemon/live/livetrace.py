@@ -21,23 +21,29 @@ import msgspec
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.convert import (
+from prvstream.daemon.live.journal import (
+    JobJournal,
+    JournalState,
+    OutputDir,
+    ReportEntry,
+    ThreadTime,
+)
+from prvstream.daemon.service.readiness import ReportIdentity
+from prvstream.daemon.stream.batch import (
     ConvertResult,
     event_types,
     thread_spans,
     track_thread_last,
     write_trace,
 )
-from prvstream.daemon.journal import JobJournal, JournalState, OutputDir, ReportEntry, ThreadTime
-from prvstream.daemon.merge import KEY_TIME
-from prvstream.daemon.numbering import Numbering, NumberingState
-from prvstream.daemon.pipeline import PreparedReport, prepare, report_context, report_stream
-from prvstream.daemon.readiness import ReportIdentity
-from prvstream.daemon.spool import ReportSpool
-from prvstream.sinks import paraver as pv
+from prvstream.daemon.stream.merge import KEY_TIME
+from prvstream.daemon.stream.numbering import Numbering, NumberingState
+from prvstream.daemon.stream.pipeline import PreparedReport, prepare, report_context, report_stream
+from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.files import fsync_dir
+from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
 __all__ = ["AppendInterrupted", "AppendResult", "LiveTrace", "output_dir_for"]

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import msgspec
 import structlog
 
-from prvstream.sinks.paraver import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
+from prvstream.sinks.paraver.format import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
 
 __all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
 

@@ -17,18 +17,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from prvstream.daemon.export import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Export
-from prvstream.daemon.fastfmt import WIDTH, template
-from prvstream.daemon.merge import (
+from prvstream.daemon.nsys.export import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Export
+from prvstream.daemon.stream.merge import (
     PRIO_BEGIN,
     PRIO_END,
     PRIO_END_AFTER_BEGIN,
     RecordBatch,
     make_keys,
 )
-from prvstream.daemon.numbering import Numbering, cpu_key, gpu_key
-from prvstream.sinks import paraver as pv
+from prvstream.daemon.stream.numbering import Numbering, cpu_key, gpu_key
 from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, ActivityKind
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.fastfmt import WIDTH, template
 
 __all__ = ["CONVERTERS", "ChunkResult", "ReportContext", "memop_labels", "mpi_type"]
 

@@ -28,9 +28,9 @@ from typing import IO
 import numpy as np
 import structlog
 
-from prvstream.daemon import _readerchild, rowfill, tables
-from prvstream.daemon._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
-from prvstream.daemon.export import ro_uri
+from prvstream.daemon.nsys import _readerchild, rowfill, tables
+from prvstream.daemon.nsys._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
+from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 
 __all__ = ["ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
@@ -48,7 +48,7 @@ class ReaderProcess:
     """The child process and the framing of its answers."""
 
     def __init__(self) -> None:
-        from prvstream.daemon import _rowfill  # built: ``enabled()`` checked it
+        from prvstream.daemon.nsys import _rowfill  # built: ``enabled()`` checked it
 
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", _readerchild.__file__, _rowfill.__file__ or ""],

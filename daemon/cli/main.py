@@ -25,13 +25,13 @@ log = structlog.get_logger(__name__)
 
 #: subcommand -> module whose ``run(args, settings) -> int`` does the work
 _HANDLERS = {
-    "convert": "prvstream.daemon.convert",
-    "watch": "prvstream.daemon.service",
-    "finalize": "prvstream.daemon.finalize",
-    "summary": "prvstream.daemon.summary_cmd",
-    "synth": "prvstream.daemon.synth",
-    "demo": "prvstream.daemon.demo",
-    "bench": "prvstream.daemon.bench",
+    "convert": "prvstream.daemon.cli.convert",
+    "watch": "prvstream.daemon.cli.watch",
+    "finalize": "prvstream.daemon.cli.finalize",
+    "summary": "prvstream.daemon.cli.summary",
+    "synth": "prvstream.daemon.cli.synth",
+    "demo": "prvstream.daemon.cli.demo",
+    "bench": "prvstream.daemon.cli.bench",
 }
 
 

@@ -6,7 +6,6 @@ see docs/synth.md for the model. Output is deterministic for a given spec (seed 
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sqlite3
@@ -20,8 +19,8 @@ import msgspec
 import numpy as np
 import structlog
 
-from prvstream.daemon._nsys_schema import DDL, TABLE_ORDER
-from prvstream.daemon._synth_model import (
+from prvstream.daemon.nsys.schema import DDL, TABLE_ORDER
+from prvstream.daemon.synthetic.model import (
     API_NAMES,
     KERNELS,
     OP_KERNEL,
@@ -34,7 +33,6 @@ from prvstream.daemon._synth_model import (
     schedule,
     template,
 )
-from prvstream.daemon.config import Settings
 from prvstream.sinks.errors import ConfigError
 
 __all__ = [
@@ -44,7 +42,6 @@ __all__ = [
     "iter_job",
     "rank_layout",
     "rows_per_step",
-    "run",
     "static_rows",
     "steps_for_rows",
     "write_export",
@@ -703,18 +700,3 @@ def write_job(outdir: str | os.PathLike[str], spec: SynthSpec, *, interval: floa
               ) -> list[Path]:
     """Write every export of the job into ``outdir``; returns their paths in writing order."""
     return list(iter_job(outdir, spec, interval=interval))
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """The ``synth`` subcommand."""
-    del settings
-    spec = SynthSpec(ranks=args.ranks, hosts=args.hosts, gpus_per_rank=args.gpus_per_rank,
-                     steps=args.steps, slices=args.slices, nsys_version=args.nsys_version,
-                     seed=args.seed, imbalance=args.imbalance)
-    if args.interval < 0:
-        raise ConfigError("synth: --interval must not be negative")
-    paths = write_job(args.outdir, spec, interval=args.interval)
-    log.info("synth_job_written", outdir=str(args.outdir), exports=len(paths),
-             rows_per_export=static_rows(spec) + spec.steps * rows_per_step(spec))
-    return 0
-

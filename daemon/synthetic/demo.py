@@ -9,9 +9,7 @@ finalized trace and its efficiency summary.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,18 +18,17 @@ import msgspec
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.discover import DONE_MARKER
-from prvstream.daemon.logs import configure_logging
-from prvstream.daemon.service import Service
-from prvstream.daemon.synth import SynthSpec, iter_job
-from prvstream.sinks.summary import decode_state, render_table
+from prvstream.daemon.service.discover import DONE_MARKER
+from prvstream.daemon.service.watch import Service
+from prvstream.daemon.synthetic.synth import SynthSpec, iter_job
+from prvstream.sinks.summary import decode_state
 
-__all__ = ["run"]
+__all__ = ["demo_job", "say"]
 
 log = structlog.get_logger(__name__)
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -53,7 +50,7 @@ async def _until(condition: Callable[[], bool], every: float = 0.2) -> None:
         await anyio.sleep(every)
 
 
-async def _demo(base: Path, args: argparse.Namespace, settings: Settings) -> Path:
+async def demo_job(base: Path, args: argparse.Namespace, settings: Settings) -> Path:
     root = base / "scratch"
     job = root / "demo_job"
     job.mkdir(parents=True, exist_ok=True)
@@ -66,7 +63,7 @@ async def _demo(base: Path, args: argparse.Namespace, settings: Settings) -> Pat
     async def produce() -> None:
         def write_all() -> None:
             for path in iter_job(job, spec, interval=args.interval):
-                anyio.from_thread.run_sync(_say, f"  rank file written: {path.name}")
+                anyio.from_thread.run_sync(say, f"  rank file written: {path.name}")
 
         await anyio.to_thread.run_sync(write_all)
 
@@ -84,11 +81,11 @@ async def _demo(base: Path, args: argparse.Namespace, settings: Settings) -> Pat
                     state = decode_state(summary_path.read_bytes())
                     line += (f", parallel efficiency so far "
                              f"{100 * state.metrics.parallel_efficiency:.1f}%")
-                _say(line)
+                say(line)
             if status["finalized"] and seen >= args.ranks:
                 return
 
-    _say(f"prvstream demo: {args.ranks} ranks, {args.steps} steps, one rank every "
+    say(f"prvstream demo: {args.ranks} ranks, {args.steps} steps, one rank every "
          f"{args.interval:g} s into {job}")
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
@@ -96,7 +93,7 @@ async def _demo(base: Path, args: argparse.Namespace, settings: Settings) -> Pat
         tg.start_soon(show)
         await produce()
         await _until(lambda: _status(status_path).get("reports", 0) >= args.ranks)
-        _say(f"  all ranks in; touching {DONE_MARKER} (as a Slurm epilog would)")
+        say(f"  all ranks in; touching {DONE_MARKER} (as a Slurm epilog would)")
         (job / DONE_MARKER).touch()
         with anyio.fail_after(120):
             await _until(lambda: bool(_status(status_path).get("finalized")))
@@ -104,27 +101,3 @@ async def _demo(base: Path, args: argparse.Namespace, settings: Settings) -> Pat
         service.stop()
         tg.cancel_scope.cancel()
     return out
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """``prvstream demo``."""
-    if args.log_level is None:
-        configure_logging("warning", json=settings.log_json)
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="prvstream-demo-"))
-    settings = msgspec.structs.replace(
-        settings, settle=0.3, state_dir=str(base / "state"), idle_finalize=0.0, out_dir="")
-    try:
-        out = anyio.run(_demo, base, args, settings)
-        state = decode_state((out / "summary.json").read_bytes())
-        _say("")
-        _say(render_table(state))
-        prv = out / "demo_job.prv"
-        if args.keep or args.dir:
-            _say(f"open in Paraver: wxparaver {prv}  (cfgs in the project's cfgs/ folder)")
-            _say(f"follow the summary: prvstream summary {out}")
-        else:
-            _say(f"finalized trace was {prv} (removed; run with --keep to keep the files)")
-    finally:
-        if not (args.keep or args.dir):
-            shutil.rmtree(base, ignore_errors=True)
-    return 0

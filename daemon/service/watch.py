@@ -9,9 +9,7 @@ acknowledged (logs go to stderr/journald, nothing to reopen).
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -24,19 +22,19 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.discover import Candidate, open_discovery, scan_once
-from prvstream.daemon.journal import JobJournal
-from prvstream.daemon.livetrace import AppendInterrupted, LiveTrace, output_dir_for
-from prvstream.daemon.notify import (
+from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.live.livetrace import AppendInterrupted, LiveTrace, output_dir_for
+from prvstream.daemon.service.discover import Candidate, open_discovery, scan_once
+from prvstream.daemon.service.notify import (
     notify_ready,
     notify_status,
     notify_stopping,
     run_watchdog,
 )
-from prvstream.daemon.readiness import Invalid, Ready, export_with_nsys, wait_ready
+from prvstream.daemon.service.readiness import Invalid, Ready, export_with_nsys, wait_ready
 from prvstream.sinks.errors import PrvstreamError
 
-__all__ = ["Service", "run"]
+__all__ = ["Service"]
 
 log = structlog.get_logger(__name__)
 
@@ -174,7 +172,7 @@ class Service:
             self._changed.set()
 
     def _quarantine(self, job: Job, path: Path, reason: str, identity: object) -> None:
-        from prvstream.daemon.readiness import ReportIdentity, report_identity
+        from prvstream.daemon.service.readiness import ReportIdentity, report_identity
 
         ident = identity if isinstance(identity, ReportIdentity) else None
         if ident is None:
@@ -324,15 +322,3 @@ class Service:
             if job.done_marker:
                 await self._finalize(job, "marker")
         log.info("once_done", jobs=len(self.jobs), reports=self.appended)
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """``prvstream watch``."""
-    for root in args.roots:
-        if not Path(root).is_dir():
-            raise PrvstreamError(f"watched root {root} is not a directory; create it first")
-    os.makedirs(settings.state_dir, exist_ok=True)
-    service = Service(list(args.roots), settings, once=args.once,
-                      exit_when_finalized=args.exit_when_finalized)
-    anyio.run(service.run)
-    return 0

@@ -28,7 +28,7 @@ _INDEX: dict[str, int] = {}
 try:  # the compiled formatter, unless disabled for a comparison
     if os.environ.get("PRVSTREAM_PURE_PYTHON"):
         raise ImportError("disabled by PRVSTREAM_PURE_PYTHON")
-    from prvstream.daemon._fastfmt import format_records as _c_format
+    from prvstream.sinks.paraver._fastfmt import format_records as _c_format
 except ImportError:  # pragma: no cover - depends on the build
     _c_format = None
 

@@ -7,19 +7,17 @@ outputs), takes the job's lock (so it refuses while a daemon is writing the job:
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from pathlib import Path
 
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.journal import JobJournal
-from prvstream.daemon.livetrace import LiveTrace
+from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.sinks.errors import JournalCorrupt, PrvstreamError
 
-__all__ = ["finalize_job", "find_journal", "run"]
+__all__ = ["finalize_job", "find_journal"]
 
 log = structlog.get_logger(__name__)
 
@@ -59,11 +57,3 @@ def finalize_job(target: Path, settings: Settings) -> LiveTrace:
         return trace
     finally:
         journal.unlock()
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """``prvstream finalize``."""
-    trace = finalize_job(Path(args.target), settings)
-    sys.stdout.write(f"prvstream: finalized {trace.prv} "
-                     f"({len(trace.journal.state.reports)} report(s))\n")
-    return 0

@@ -25,8 +25,8 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.journal import OWNED_MARKER
-from prvstream.daemon.readiness import nsys_executable
+from prvstream.daemon.live.journal import OWNED_MARKER
+from prvstream.daemon.service.readiness import nsys_executable
 from prvstream.sinks.errors import ConfigError
 
 __all__ = [

@@ -17,8 +17,8 @@ from typing import IO, Any, Literal
 import msgspec
 import structlog
 
-from prvstream.daemon.numbering import NumberingState
-from prvstream.daemon.readiness import ReportIdentity
+from prvstream.daemon.service.readiness import ReportIdentity
+from prvstream.daemon.stream.numbering import NumberingState
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
 from prvstream.sinks.files import atomic_write
 
@@ -92,7 +92,7 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     origin_wall_ns: int | None = None
     skew_allowance_ns: int = 0
     reports: list[ReportEntry] = msgspec.field(default_factory=list)
-    #: the live trace's published ids (``prvstream.daemon.numbering.Numbering(state)``)
+    #: the live trace's published ids (``prvstream.daemon.stream.numbering.Numbering(state)``)
     numbering: NumberingState = msgspec.field(default_factory=NumberingState)
     header_capacity: int = 0
     prv_length: int = 0
@@ -131,7 +131,7 @@ class JobJournal:
 
     Mutate :attr:`state` (or use the helpers), then :meth:`commit` once the outputs it
     describes are fsynced. The numbering is ``state.numbering``; wrap it with
-    ``prvstream.daemon.numbering.Numbering(journal.state.numbering)`` to assign ids.
+    ``prvstream.daemon.stream.numbering.Numbering(journal.state.numbering)`` to assign ids.
     """
 
     def __init__(self, path: Path, state: JournalState) -> None:

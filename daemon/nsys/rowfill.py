@@ -18,7 +18,7 @@ __all__ = ["Layout", "compiled", "field_layout", "field_offset", "rows_to_array"
 try:  # the compiled filler, unless disabled for a comparison
     if os.environ.get("PRVSTREAM_PURE_PYTHON") or sys.byteorder != "little":
         raise ImportError("disabled")
-    from prvstream.daemon._rowfill import fill_rows as _c_fill
+    from prvstream.daemon.nsys._rowfill import fill_rows as _c_fill
 except ImportError:  # pragma: no cover - depends on the build
     _c_fill = None
 

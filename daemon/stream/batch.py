@@ -8,9 +8,7 @@ k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow fr
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -22,10 +20,11 @@ import numpy as np
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
-from prvstream.daemon.merge import KEY_TIME, Stream, key_objects, merge_bounded
-from prvstream.daemon.numbering import Numbering
-from prvstream.daemon.pipeline import (
+from prvstream.daemon.nsys.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
+from prvstream.daemon.service.readiness import export_with_nsys
+from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
+from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     objects_of,
     prepare,
@@ -33,15 +32,14 @@ from prvstream.daemon.pipeline import (
     report_stream,
     value_labels_of,
 )
-from prvstream.daemon.readiness import export_with_nsys
-from prvstream.daemon.records import memop_labels, mpi_type, nvtx_type
-from prvstream.daemon.spool import ReportSpool
-from prvstream.sinks import paraver as pv
+from prvstream.daemon.stream.records import memop_labels, mpi_type, nvtx_type
+from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
 from prvstream.sinks.files import atomic_write, fsync_dir
-from prvstream.sinks.summary import SummaryWriter, encode_record
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.summary import SummaryWriter
 
 __all__ = [
     "ConvertResult",
@@ -49,7 +47,6 @@ __all__ = [
     "convert",
     "event_types",
     "expand_inputs",
-    "run",
     "thread_spans",
     "track_thread_last",
     "write_trace",
@@ -95,7 +92,7 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
         path = Path(raw)
         if path.is_dir():
             hits = []
-            from prvstream.daemon.discover import scan_once  # the watcher's stack: lazily
+            from prvstream.daemon.service.discover import scan_once  # the watcher's stack: lazily
 
             for cand in scan_once([path]):
                 if cand.kind == "done":  # a job-end marker, not an export
@@ -370,61 +367,3 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
             spool.discard()
     result.failed = failed
     return result
-
-
-class _Progress:
-    """A progress bar on a TTY: rows converted out of the rows the plan counted."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2:
-            return
-        self.last = now
-        frac = min(done / total, 1.0) if total else 0.0
-        width = 30
-        bar = "#" * int(frac * width)
-        rate = done / max(now - self.started, 1e-9)
-        sys.stderr.write(f"\rconverting [{bar:<{width}}] {100 * frac:5.1f}%  "
-                         f"{done:,}/{total:,} rows  {rate:,.0f} rows/s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """``prvstream convert``."""
-    out = Path(args.output)
-    for suffix in (".prv", ".pcf", ".row"):
-        if out.name.endswith(suffix):
-            out = out.with_name(out.name[: -len(suffix)])
-    progress = None
-    if sys.stderr.isatty() and not args.no_progress:
-        progress = _Progress()
-    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
-                            gap_threshold_ns=settings.gap_threshold_ns,
-                            recent=settings.summary_recent)
-    history = out.with_name(out.name + ".summary.jsonl")
-    try:
-        result = convert(args.inputs, out, settings, model=model, progress=progress,
-                         summary_jsonl=history)
-    finally:
-        if progress is not None:
-            progress.close()
-    summary_path = out.with_name(out.name + ".summary.json")
-    atomic_write(summary_path, encode_record(model.state()))
-    result.outputs += [str(summary_path), str(history)]
-    rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
-    sys.stdout.write(
-        f"prvstream: {len(result.reports)} report(s) -> {out}.prv "
-        f"({result.records:,} records; {rows}); span {result.end_time / 1e9:.3f} s; "
-        f"{result.seconds:.2f} s wall\n"
-    )
-    for path_text, reason in result.failed:
-        sys.stdout.write(f"prvstream: skipped {path_text}: {reason}\n")
-    return 1 if result.failed else 0

@@ -9,7 +9,6 @@ summary, journal commit), timing each report from "in place" to "committed", the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -24,11 +23,11 @@ import msgspec
 import structlog
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.procmem import wait_with_peak
-from prvstream.daemon.synth import SynthSpec, steps_for_rows
+from prvstream.daemon.synthetic.procmem import wait_with_peak
+from prvstream.daemon.synthetic.synth import SynthSpec, steps_for_rows
 from prvstream.sinks.errors import PrvstreamError
 
-__all__ = ["BenchReport", "live_child", "run"]
+__all__ = ["BenchReport", "live_child"]
 
 log = structlog.get_logger(__name__)
 
@@ -114,9 +113,9 @@ def _floor(tables: dict[Path, tuple[list[str], int]]) -> float | None:
 
 def live_child(argv: list[str]) -> None:
     """In a child: append every export of a job like the daemon does; print JSON timings."""
-    from prvstream.daemon.journal import JobJournal
-    from prvstream.daemon.livetrace import LiveTrace
-    from prvstream.daemon.readiness import Ready, check_export, report_identity
+    from prvstream.daemon.live.journal import JobJournal
+    from prvstream.daemon.live.livetrace import LiveTrace
+    from prvstream.daemon.service.readiness import Ready, check_export, report_identity
 
     job_dir, out_dir, state_dir, settings_json = argv
     settings = msgspec.json.decode(settings_json, type=Settings)
@@ -161,7 +160,8 @@ def measure(rows: int, ranks: int, work: Path, settings: Settings,
     prv = out.with_name("trace.prv")
     records, prv_bytes = _prv_records(prv), prv.stat().st_size
     live_settings = msgspec.structs.replace(settings, out_dir="", state_dir=str(work / "state"))
-    live = _run_child([py, "-c", "import sys; from prvstream.daemon.bench import live_child; "
+    live = _run_child([py, "-c", "import sys; "
+                       "from prvstream.daemon.synthetic.bench import live_child; "
                        "live_child(sys.argv[1:])", str(job), str(work / "live"),
                        str(work / "state"), msgspec.json.encode(live_settings).decode()],
                       "live append")
@@ -196,20 +196,3 @@ def format_report(r: BenchReport, settle: float) -> str:
         f" settle time, {settle:g} s); finalize {r.finalize_s:.2f} s;"
         f" peak RSS {r.live.peak_rss_mib:.1f} MiB")
     return "\n".join(lines) + "\n"
-
-
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    """``prvstream bench``."""
-    if args.out:
-        work = Path(args.out)
-        if work.exists() and any(work.iterdir()):
-            raise PrvstreamError(f"bench: {work} is not empty; give an empty or new directory")
-        work.mkdir(parents=True, exist_ok=True)
-        report = measure(args.rows, args.ranks, work, settings, args.config)
-    else:
-        with tempfile.TemporaryDirectory(prefix="prvstream-bench-") as tmp:
-            report = measure(args.rows, args.ranks, Path(tmp), settings, args.config)
-    log.debug("bench_done", rows=report.rows, convert_s=round(report.convert.seconds, 3),
-             peak_rss_mib=round(report.convert.peak_rss_mib, 1))
-    sys.stdout.write(format_report(report, settings.settle))
-    return 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from prvstream.daemon.fastfmt import WIDTH, format_records
+from prvstream.sinks.paraver.fastfmt import WIDTH, format_records
 
 __all__ = [
     "KEY_OBJECT",

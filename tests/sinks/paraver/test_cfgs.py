@@ -25,7 +25,7 @@ from prvstream.daemon.synthetic.synth import SynthSpec, write_export
 from tests.conftest import real_export_params
 from tests.prv_check import parse_pcf
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CFG_DIR = ROOT / "cfgs"
 CFGS = sorted(CFG_DIR.glob("*.cfg"))
 EXPECTED_CFGS = {

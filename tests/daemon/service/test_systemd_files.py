@@ -12,7 +12,7 @@ import pytest
 
 from prvstream.daemon.config import Settings, load_settings
 
-SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
+SYSTEMD = Path(__file__).resolve().parents[3] / "systemd"
 
 
 def test_example_config_documents_every_setting(tmp_path: Path) -> None:

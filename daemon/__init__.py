@@ -2,4 +2,7 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+__all__ = ["__version__"]
+
+#: the package version (pyproject.toml reads it from here)
+__version__ = "0.1.0"

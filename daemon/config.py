@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import structlog
 
 from prvstream.sinks.errors import ConfigError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["ALL_KINDS", "Settings", "default_state_dir", "load_settings"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: data kinds the converter knows, in the order ``--trace`` documents them
 ALL_KINDS: tuple[str, ...] = (

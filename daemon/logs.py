@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any, TextIO
 
-import structlog
+from prvstream.sinks.logger import set_threshold
 
 __all__ = ["configure_logging"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
 def configure_logging(level: str = "info", *, json: bool | None = None,
@@ -19,11 +17,19 @@ def configure_logging(level: str = "info", *, json: bool | None = None,
     """Route structlog events to ``stream`` (stderr by default).
 
     ``json=None`` picks the console renderer when the stream is a TTY and JSON lines otherwise
-    (journald, files, pipes).
+    (journald, files, pipes). Events below ``level`` are dropped before structlog is imported,
+    and structlog is configured at the first event that passes (it costs more to import than
+    a small conversion).
     """
     out = stream if stream is not None else sys.stderr
     if json is None:
         json = not (hasattr(out, "isatty") and out.isatty())
+    set_threshold(_LEVELS[level], lambda: _configure(_LEVELS[level], bool(json), out))
+
+
+def _configure(level: int, json: bool, out: TextIO) -> None:
+    import structlog
+
     renderer: Any
     if json:
         renderer = structlog.processors.JSONRenderer()
@@ -37,7 +43,7 @@ def configure_logging(level: str = "info", *, json: bool | None = None,
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import structlog
 
 from prvstream.sinks.base import ReportInfo, feed_interleaved
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import (
     DEFAULT_RECENT,
     SCHEMA_VERSION,
@@ -44,7 +44,7 @@ from prvstream.sinks.summary import (
 
 __all__ = ["EfficiencyModel", "feed_report", "job_metrics", "summarize"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # columns of a totals vector
 _USEFUL, _COMM, _OVERLAP, _K1, _K2, _K3, _K4 = range(7)

@@ -9,13 +9,12 @@ import contextlib
 import os
 from pathlib import Path
 
-import structlog
-
 from prvstream.sinks.errors import OutputConflict
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["atomic_write", "fsync_dir"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Literal
 
 import msgspec
-import structlog
 
 from prvstream.sinks.errors import OutputConflict, PrvstreamError
 from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "DEFAULT_RECENT",
@@ -56,7 +56,7 @@ __all__ = [
     "write_prom_file",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: version of the records this code writes; changes are additive (new fields with defaults),
 #: so readers accept every version and ignore fields they do not know. 2: the state is bounded

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import structlog
 
+from prvstream.sinks import logger
+
 #: the real exports live beside the project unless PRVSTREAM_TEST_DATA says otherwise
 REAL_DATA = Path(
     os.environ.get(
@@ -78,8 +80,10 @@ def real_data_dir() -> Path:
 def _reset_structlog() -> Iterator[None]:
     """Each test starts with structlog's defaults, so that no configuration leaks."""
     structlog.reset_defaults()
+    logger.reset()
     yield
     structlog.reset_defaults()
+    logger.reset()
 
 
 @pytest.fixture

@@ -7,15 +7,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-import structlog
-
 from prvstream.daemon.config import Settings
 from prvstream.daemon.synthetic.bench import format_report, measure
 from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["run"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

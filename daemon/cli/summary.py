@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TextIO
 
 import msgspec
-import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import (
     SummaryRecord,
     SummaryState,
@@ -35,7 +35,7 @@ from prvstream.sinks.summary import (
 
 __all__ = ["resolve_target", "run"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TAIL = 256
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-import structlog
-
 from prvstream.daemon.config import Settings
 from prvstream.daemon.synthetic.synth import SynthSpec, rows_per_step, static_rows, write_job
 from prvstream.sinks.errors import ConfigError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["run"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import structlog
-
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.sinks.errors import JournalCorrupt, PrvstreamError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["finalize_job", "find_journal"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def find_journal(target: Path, state_dir: str) -> JobJournal:

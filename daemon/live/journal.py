@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import msgspec
-import structlog
 
 from prvstream.daemon.service.readiness import ReportIdentity
 from prvstream.daemon.stream.numbering import NumberingState
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
 from prvstream.sinks.files import atomic_write
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "JOURNAL_VERSION",
@@ -36,7 +36,7 @@ __all__ = [
     "safe_output_path",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: bump when a field changes meaning (adding a field with a default needs no bump)
 JOURNAL_VERSION = 1

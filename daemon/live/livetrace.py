@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.journal import (
@@ -43,12 +42,13 @@ from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.files import fsync_dir
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
 __all__ = ["AppendInterrupted", "AppendResult", "LiveTrace", "output_dir_for"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _NS = 1_000_000_000
 

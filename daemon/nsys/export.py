@@ -16,9 +16,9 @@ from types import TracebackType
 from typing import Any, Final, NamedTuple, TypeVar
 
 import msgspec
-import structlog
 
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "ENUM_FALLBACKS",
@@ -44,7 +44,7 @@ __all__ = [
     "wrap_i4",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: NVTX_EVENTS.eventType values we convert (from ENUM_NSYS_EVENT_TYPE, stable since 2020)
 NVTX_MARK: Final = 34

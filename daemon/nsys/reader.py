@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
-import structlog
 
 from prvstream.daemon.nsys import _readerchild, rowfill, tables
 from prvstream.daemon.nsys._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
 from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def enabled() -> bool:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-import structlog
 
 from prvstream.daemon.nsys.export import Export, KindSource, pack_i4_pair, quote_identifier, wrap_i4
 from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
 from prvstream.sinks.errors import NotAnExport
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "DTYPES",
@@ -33,7 +33,7 @@ __all__ = [
     "stream",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _I8, _I4 = "<i8", "<i4"
 

@@ -21,13 +21,13 @@ import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.journal import OWNED_MARKER
 from prvstream.daemon.service.readiness import nsys_executable
 from prvstream.sinks.errors import ConfigError
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "DONE_MARKER",
@@ -39,7 +39,7 @@ __all__ = [
     "watch_exports",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: the folder prvstream writes into beside a job's reports (``<job>/prvstream/``)
 OUTPUT_DIRNAME = "prvstream"

@@ -10,7 +10,8 @@ import socket
 from collections.abc import Mapping
 
 import anyio
-import structlog
+
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "notify",
@@ -22,7 +23,7 @@ __all__ = [
     "watchdog_interval",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _warned: set[str] = set()
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import anyio
 import msgspec
-import structlog
 
 from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import ExportIncomplete
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "HEAD_BYTES",
@@ -34,7 +34,7 @@ __all__ = [
     "wait_ready",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: bytes of an export hashed into its identity
 HEAD_BYTES = 64 * 1024

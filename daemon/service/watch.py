@@ -18,7 +18,6 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from prvstream.daemon.config import Settings
@@ -33,10 +32,11 @@ from prvstream.daemon.service.notify import (
 )
 from prvstream.daemon.service.readiness import Invalid, Ready, export_with_nsys, wait_ready
 from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["Service"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
-from prvstream.daemon.service.readiness import export_with_nsys
 from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
@@ -38,6 +36,7 @@ from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
 from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter
 
@@ -52,7 +51,7 @@ __all__ = [
     "write_trace",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: smallest chunk a report gets when many reports share the chunk budget
 _MIN_SHARED_CHUNK = 512
@@ -80,7 +79,12 @@ class ConvertResult:
 def _exported(rep: Path) -> Path:
     """The ``.sqlite`` of a ``.nsys-rep``: beside it already, or exported with nsys."""
     target = rep.with_suffix(".sqlite")
-    return target if target.exists() else export_with_nsys(rep, target)
+    if target.exists():
+        return target
+    # the readiness module brings anyio (and asyncio) along: only for .nsys-rep inputs
+    from prvstream.daemon.service.readiness import export_with_nsys
+
+    return export_with_nsys(rep, target)
 
 
 def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, str]]]:

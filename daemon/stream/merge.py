@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import structlog
 
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.fastfmt import WIDTH, format_records
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
     "sort_batch",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Sort keys are (n, 3) int64 rows: time, object, order. Order: time, then ``prio`` (ends
 #: before begins at one instant, and the end of a zero-length interval after its own begin),

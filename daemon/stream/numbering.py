@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
-import structlog
 
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.format import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
 
 __all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: (0, tid, 0) for a CPU thread, (1, device, stream) for a GPU stream
 ThreadKey = tuple[int, int, int]

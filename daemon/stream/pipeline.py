@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import structlog
 
 from prvstream.daemon.nsys import reader, tables
 from prvstream.daemon.nsys.export import (
@@ -49,6 +48,7 @@ from prvstream.sinks.base import (
 )
 from prvstream.sinks.base import Sink as SinkProtocol
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
     "value_labels_of",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _q = quote_identifier
 

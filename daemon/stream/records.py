@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import structlog
 
 from prvstream.daemon.nsys.export import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Export
 from prvstream.daemon.stream.merge import (
@@ -27,12 +26,13 @@ from prvstream.daemon.stream.merge import (
 )
 from prvstream.daemon.stream.numbering import Numbering, cpu_key, gpu_key
 from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, ActivityKind
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.fastfmt import WIDTH, template
 
 __all__ = ["CONVERTERS", "ChunkResult", "ReportContext", "memop_labels", "mpi_type"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # record ranks: kind * 4 + line type, so that at one instant on one object the order is fixed
 _LINE_STATE, _LINE_EVENT, _LINE_COMM = 0, 1, 2

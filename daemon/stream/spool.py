@@ -13,13 +13,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import structlog
 
 from prvstream.sinks.base import ReportInfo, Sink
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["ReportSpool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PHASES, _ACTIVITY = 0, 1
 

@@ -20,16 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.synthetic.procmem import wait_with_peak
 from prvstream.daemon.synthetic.synth import SynthSpec, steps_for_rows
 from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["BenchReport", "live_child"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import anyio
 import msgspec
-import structlog
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.service.discover import DONE_MARKER
 from prvstream.daemon.service.watch import Service
 from prvstream.daemon.synthetic.synth import SynthSpec, iter_job
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import decode_state
 
 __all__ = ["demo_job", "say"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def say(text: str) -> None:

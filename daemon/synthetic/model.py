@@ -11,11 +11,12 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import structlog
+
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["API_NAMES", "KERNELS", "Schedule", "Template", "schedule", "template"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # kernel table: (short name, demangled name, registers, grid, block, static smem, dynamic smem,
 # base duration in ns). Names are what PyTorch/cuBLAS/flash-attention/NCCL kernels look like.

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import msgspec
 import numpy as np
-import structlog
 
 from prvstream.daemon.nsys.schema import DDL, TABLE_ORDER
 from prvstream.daemon.synthetic.model import (
@@ -34,6 +33,7 @@ from prvstream.daemon.synthetic.model import (
     template,
 )
 from prvstream.sinks.errors import ConfigError
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "NSYS_VERSIONS",
@@ -48,7 +48,7 @@ __all__ = [
     "write_job",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NsysVersion = Literal["2022.2", "2024.5", "2026.2"]
 #: product version, schema version, schema checksum (as the metadata table records them)

@@ -12,11 +12,12 @@ import os
 import re
 
 import numpy as np
-import structlog
+
+from prvstream.sinks.logger import get_logger
 
 __all__ = ["WIDTH", "compiled", "format_records", "template"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: most integer fields one record line holds (a communication has 12)
 WIDTH = 16

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
+from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "EV_API",
@@ -52,7 +52,7 @@ __all__ = [
     "sanitize_label",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Event types (interoperable with BSC's GPU cfgs and BasicAnalysis; see docs/mapping.md).
 EV_API = 63000000

@@ -1,0 +1,49 @@
+"""Start-up stays light: what ``--version`` and a small conversion import (never timed here;
+the times are in docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from prvstream.daemon import config
+from prvstream.daemon.cli import main as cli_main
+
+#: runs the command line in a fresh interpreter and prints the modules it imported
+_PROBE = """
+import json, sys
+from prvstream.daemon.cli.main import main
+status = main(sys.argv[1:])
+print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
+"""
+
+
+def _imported(*argv: str) -> tuple[int, set[str]]:
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,
+                          text=True, timeout=120, check=False)
+    last = proc.stdout.strip().splitlines()[-1]
+    found = json.loads(last)
+    return found["status"], {m.split(".")[0] for m in found["modules"]}
+
+
+def test_version_imports_no_third_party_package() -> None:
+    status, top = _imported("--version")
+    assert status == 0
+    assert not top & {"numpy", "structlog", "msgspec", "anyio", "asyncio", "watchdog"}
+
+
+def test_small_convert_imports_neither_structlog_nor_the_daemon_stack(
+        real_data_dir: Path, tmp_path: Path) -> None:
+    export = real_data_dir / "nsys2026.1_torch_tiny_rtx3080.sqlite"
+    status, top = _imported("convert", str(export), "-o", str(tmp_path / "out"),
+                            "--no-progress", "--log-level", "error")
+    assert status == 0
+    assert (tmp_path / "out.prv").stat().st_size > 0
+    assert "numpy" in top  # the probe saw the conversion's imports
+    assert not top & {"structlog", "anyio", "asyncio", "watchdog"}
+
+
+def test_trace_help_lists_every_kind() -> None:
+    assert cli_main._KINDS == config.ALL_KINDS

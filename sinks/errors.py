@@ -12,7 +12,9 @@ __all__ = [
     "JournalCorrupt",
     "NotAnExport",
     "OutputConflict",
+    "OutputLocked",
     "PrvstreamError",
+    "StateDirUnusable",
     "UnsupportedSchema",
 ]
 
@@ -48,3 +50,13 @@ class JournalCorrupt(PrvstreamError):
 
 class OutputConflict(PrvstreamError):
     """An output path exists and was not created by prvstream, or is a symlink."""
+
+
+class OutputLocked(OutputConflict):
+    """Another prvstream process holds the lock of an output directory (one writer each)."""
+
+
+class StateDirUnusable(PrvstreamError):
+    """The daemon's own state directory (journals) cannot be written: it cannot go on."""
+
+    exit_status = 3

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import structlog
 
+from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
 from prvstream.sinks import logger
+from tests.daemon.daemon_proc import DaemonProcess
 
 #: the real exports live beside the project unless PRVSTREAM_TEST_DATA says otherwise
 REAL_DATA = Path(
@@ -89,3 +91,39 @@ def _reset_structlog() -> Iterator[None]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# ------------------------------------------------- daemon processes (service and fault tests)
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    """Factory: ``start_daemon(root, extra=(...))``; every daemon is killed at teardown."""
+    made: list[DaemonProcess] = []
+
+    def start(*roots: Path, extra: tuple[str, ...] = (), settle: float = 0.2,
+              state: Path | None = None, begin: bool = True) -> DaemonProcess:
+        n = len(made)
+        daemon = DaemonProcess(list(roots), state or tmp_path / "state",
+                               tmp_path / f"logs{n}", settle=settle, extra=extra)
+        made.append(daemon)
+        return daemon.start() if begin else daemon
+
+    yield start
+    for daemon in made:
+        daemon.close()
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    job = tmp_path / "root" / "job"
+    job.mkdir(parents=True)
+    return job
+
+
+@pytest.fixture(scope="module")
+def synth_sources(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Four small synthetic ranks (4 ranks x 3 steps), written once per module."""
+    src = tmp_path_factory.mktemp("synth_sources")
+    spec = SynthSpec(ranks=4, steps=3, seed=11)
+    return [write_export(src / export_name(spec, r), spec, r) for r in range(spec.ranks)]

@@ -51,8 +51,11 @@ def finalize_job(target: Path, settings: Settings) -> LiveTrace:
         state = journal.state
         trace = LiveTrace(journal, Path(state.out_dir), Path(state.job_dir).name or "trace",
                           settings)
-        trace.recover()
-        trace.finalize()
+        try:
+            trace.recover()
+            trace.finalize()
+        finally:
+            trace.close()
         return trace
     finally:
         journal.unlock()

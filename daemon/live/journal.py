@@ -18,12 +18,18 @@ import msgspec
 
 from prvstream.daemon.service.readiness import ReportIdentity
 from prvstream.daemon.stream.numbering import NumberingState
-from prvstream.sinks.errors import JournalCorrupt, OutputConflict
+from prvstream.sinks.errors import (
+    JournalCorrupt,
+    OutputConflict,
+    OutputLocked,
+    StateDirUnusable,
+)
 from prvstream.sinks.files import atomic_write
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "JOURNAL_VERSION",
+    "OUTPUT_LOCK",
     "OWNED_MARKER",
     "JobJournal",
     "JournalState",
@@ -42,6 +48,8 @@ log = get_logger(__name__)
 JOURNAL_VERSION = 1
 #: sidecar in an output directory listing, one per line, the files prvstream created there
 OWNED_MARKER = ".prvstream-owned"
+#: lock file in an output directory: one writer per output directory, whatever --state says
+OUTPUT_LOCK = ".prvstream.lock"
 
 
 # ---------------------------------------------------------------------------------- structs
@@ -179,8 +187,14 @@ class JobJournal:
     def commit(self) -> None:
         """Durably replace the journal file with the current state (atomic)."""
         self.state.updated_ns = time.time_ns()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, _encoder.encode(self.state))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, _encoder.encode(self.state))
+        except OSError as exc:
+            raise StateDirUnusable(
+                f"cannot write the journal {self.path} ({exc.strerror or exc}); free space "
+                f"or fix the permissions of {self.path.parent} (--state), then restart"
+            ) from exc
         log.debug("journal_committed", journal=str(self.path), reports=len(self.state.reports),
                   prv_length=self.state.prv_length)
 
@@ -196,9 +210,9 @@ class JobJournal:
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputConflict(
+                raise OutputLocked(
                     f"another prvstream process is writing job {self.state.job_dir} (lock "
-                    f"{lock_path} is held); stop it or use a different --state") from exc
+                    f"{lock_path} is held); stop it first") from exc
             raise
         self._lock_fd = fd
 
@@ -264,6 +278,39 @@ class OutputDir:
         self.path = Path(os.path.abspath(os.fspath(path)))
         self._owned: set[str] = {Path(p).name for p in owned}
         self._prepared = False
+        self._lock_fd: int | None = None
+
+    def lock(self, job: str = "") -> None:
+        """Become the only writer of this directory (``.prvstream.lock``, an advisory lock
+        another daemon or ``prvstream finalize`` meets whatever its ``--state``)."""
+        if self._lock_fd is not None:
+            return
+        if not self._prepared:
+            self.prepare()
+        lock_path = self.path / OUTPUT_LOCK
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OutputConflict(f"{lock_path} is a symlink; remove it") from exc
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise OutputLocked(
+                    f"another prvstream process is writing {self.path}"
+                    f"{f' (job {job})' if job else ''}; stop it first, or touch "
+                    f"JOB/prvstream.done to have it finalize the job") from exc
+            raise
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     def prepare(self) -> OutputDir:
         """Create the directory (not through a symlink) and read its ownership list."""
@@ -271,7 +318,10 @@ class OutputDir:
             raise OutputConflict(
                 f"output directory {self.path} is a symlink; prvstream never writes through "
                 f"symlinks: replace it with a real directory or choose another --out")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            pass  # said below
         if not self.path.is_dir():
             raise OutputConflict(f"{self.path} exists and is not a directory; move it away")
         marker = self.path / OWNED_MARKER

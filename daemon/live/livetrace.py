@@ -102,11 +102,16 @@ class LiveTrace:
         state = journal.state
         state.out_dir = str(out_dir)
         self.out = OutputDir(out_dir, owned=[Path(p).name for p in state.outputs]).prepare()
-        self.prv = self.out.path_for(f"{name}.prv")
-        self.pcf = self.out.path_for(f"{name}.pcf")
-        self.row = self.out.path_for(f"{name}.row")
-        self.summary_jsonl = self.out.path_for("summary.jsonl")
-        self.summary_json = self.out.path_for("summary.json")
+        self.out.lock(state.job_dir)
+        try:
+            self.prv = self.out.path_for(f"{name}.prv")
+            self.pcf = self.out.path_for(f"{name}.pcf")
+            self.row = self.out.path_for(f"{name}.row")
+            self.summary_jsonl = self.out.path_for("summary.jsonl")
+            self.summary_json = self.out.path_for("summary.json")
+        except BaseException:
+            self.out.unlock()
+            raise
         for path in (self.prv, self.pcf, self.row, self.summary_jsonl, self.summary_json):
             if str(path) not in state.outputs:
                 state.outputs.append(str(path))
@@ -128,6 +133,10 @@ class LiveTrace:
             for tt in entry.thread_last:
                 key = (tt.task, tt.thread)
                 self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
+
+    def close(self) -> None:
+        """Give up the output directory's lock (the journal's lock is its owner's)."""
+        self.out.unlock()
 
     def _new_model(self) -> EfficiencyModel:
         return EfficiencyModel(self.name, window_ns=int(self.settings.window * _NS),

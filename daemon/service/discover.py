@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import math
@@ -14,12 +15,10 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
-import anyio.from_thread
-import anyio.lowlevel
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -50,6 +49,8 @@ Kind = Literal["sqlite", "nsys-rep", "done"]
 _EXPORT_SUFFIXES: dict[str, Kind] = {".sqlite": "sqlite", ".nsys-rep": "nsys-rep"}
 #: ``nsys`` argument default: look it up on PATH
 _AUTO = "auto"
+#: seconds the native observer gets to stop
+_STOP_LIMIT = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,13 +291,13 @@ async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
     )
     from watchdog.observers import Observer
 
-    token = anyio.lowlevel.current_token()
+    loop = asyncio.get_running_loop()
 
     def push(item: _RawEvent) -> None:
-        # when the loop is shutting down there is nothing left to tell
-        with contextlib.suppress(RuntimeError, anyio.ClosedResourceError,
-                                 anyio.BrokenResourceError):
-            anyio.from_thread.run_sync(raw.send_nowait, item, token=token)
+        # never wait on the loop from watchdog's thread: the loop may be waiting on this
+        # thread (observer.stop() joins it), which would deadlock
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
+            loop.call_soon_threadsafe(_send_quietly, raw, item)
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
@@ -323,9 +324,20 @@ async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
         task_status.started()
         await anyio.sleep_forever()
     finally:
-        with anyio.CancelScope(shield=True):
-            observer.stop()
-            await anyio.to_thread.run_sync(observer.join, 10.0)
+        # off the loop and time-limited: a dispatch thread stuck on a dead mount must not
+        # hold the shutdown (the thread is abandoned; the process exits without it)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_LIMIT):
+            await anyio.to_thread.run_sync(_stop_observer, observer, abandon_on_cancel=True)
+
+
+def _send_quietly(raw: MemoryObjectSendStream[_RawEvent], item: _RawEvent) -> None:
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        raw.send_nowait(item)
+
+
+def _stop_observer(observer: Any) -> None:
+    observer.stop()
+    observer.join(_STOP_LIMIT)
 
 
 async def _polling(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,

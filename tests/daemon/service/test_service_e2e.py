@@ -37,31 +37,6 @@ OUTPUTS = (".prv", ".pcf", ".row")
 # ------------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture
-def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
-    """Factory: ``start_daemon(root, extra=(...))``; every daemon is killed at teardown."""
-    made: list[DaemonProcess] = []
-
-    def start(*roots: Path, extra: tuple[str, ...] = (), settle: float = SETTLE,
-              state: Path | None = None, begin: bool = True) -> DaemonProcess:
-        n = len(made)
-        daemon = DaemonProcess(list(roots), state or tmp_path / "state",
-                               tmp_path / f"logs{n}", settle=settle, extra=extra)
-        made.append(daemon)
-        return daemon.start() if begin else daemon
-
-    yield start
-    for daemon in made:
-        daemon.close()
-
-
-@pytest.fixture
-def job(tmp_path: Path) -> Path:
-    job = tmp_path / "root" / "job"
-    job.mkdir(parents=True)
-    return job
-
-
 def kernel_rows(paths: list[Path]) -> int:
     total = 0
     for path in paths:
@@ -145,14 +120,6 @@ def test_ranks_arrive_one_by_one(arrivals: Callable[[Path, Path], Iterator[Path]
     assert_same(outputs(job), convert_outputs(job, tmp_path / "conv" / "job"), "finalized")
     assert daemon.named("report_quarantined") == []
     assert daemon.terminate() == 0
-
-
-@pytest.fixture(scope="module")
-def synth_sources(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Four small synthetic ranks (4 ranks x 3 steps), written once per module."""
-    src = tmp_path_factory.mktemp("synth_sources")
-    spec = SynthSpec(ranks=4, steps=3, seed=11)
-    return [write_export(src / export_name(spec, r), spec, r) for r in range(spec.ranks)]
 
 
 def test_polling_mode(job: Path, tmp_path: Path, synth_sources: list[Path],

@@ -1,0 +1,360 @@
+"""One job's single writer: opens the journal and live trace, appends, sets aside, finalizes;
+every failure is caught here, at the job boundary, and never ends the service.
+
+Input faults set the report aside (retried when the file changes); output-side faults keep the
+work pending, mark the job ``degraded`` in ``status.json`` and retry it with backoff.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+import anyio.abc
+import msgspec
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.live.livetrace import AppendInterrupted, LiveTrace, output_dir_for
+from prvstream.daemon.service.faults import Health, classify
+from prvstream.daemon.service.readiness import Ready, ReportIdentity, report_identity
+from prvstream.sinks.errors import JournalCorrupt, OutputLocked, StateDirUnusable
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["Append", "Finalize", "Job", "JobStatus", "SetAside", "Shared"]
+
+log = get_logger(__name__)
+
+
+class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``status.json`` beside a job's outputs: what is in, what was set aside, its health."""
+
+    job: str
+    reports: int
+    records: int
+    finalized: bool
+    prv: str
+    quarantined: list[dict[str, str]] = msgspec.field(default_factory=list)
+    updated_ns: int = 0
+    #: ``ok``, or ``degraded`` (an output-side fault; retried at ``next_retry_ns``)
+    state: str = "ok"
+    reason: str = ""
+    next_retry_ns: int = 0
+    #: reports ready and waiting for the output side
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class Append:
+    path: Path
+    ready: Ready
+
+
+@dataclass(frozen=True)
+class SetAside:
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Finalize:
+    why: str
+
+
+Item = Append | SetAside | Finalize
+
+
+@dataclass
+class Shared:
+    """What every job's writer shares with the service."""
+
+    settings: Settings
+    limiter: anyio.CapacityLimiter
+    once: bool
+    stopping: Callable[[], bool]
+    #: called when a job's work or health changed (``--once`` waits on it)
+    changed: Callable[[], None]
+    #: a report landed (for the service's counters and systemd STATUS)
+    appended: Callable[[Job, Path], None]
+    #: the state directory is unusable: the service must stop
+    fatal: Callable[[BaseException], None]
+    #: the job directory vanished: forget the job
+    vanished: Callable[[Job], None]
+
+
+@dataclass
+class Job:
+    """One job directory and its single writer task."""
+
+    job_dir: Path
+    root: Path
+    name: str
+    shared: Shared
+    journal: JobJournal | None = None
+    trace: LiveTrace | None = None
+    health: Health = field(default_factory=Health)
+    backlog: collections.deque[Item] = field(default_factory=collections.deque)
+    waiting: set[Path] = field(default_factory=set)
+    last_change: float = field(default_factory=time.monotonic)
+    done_marker: bool = False
+    #: a finalize is queued; the reason it was asked for
+    finalize_queued: str = ""
+    #: ``last_change`` when finalize last failed for an input reason: not retried until
+    #: something changes
+    finalize_failed_at: float | None = None
+    _wake: anyio.Event = field(default_factory=anyio.Event)
+    _logged: str = ""
+
+    @property
+    def out_dir(self) -> Path:
+        return output_dir_for(self.job_dir, self.root, self.shared.settings)
+
+    @property
+    def finalized(self) -> bool:
+        return self.journal is not None and self.journal.state.finalized
+
+    def idle(self) -> bool:
+        return not self.waiting and not self.backlog
+
+    def submit(self, item: Item) -> None:
+        self.backlog.append(item)
+        self._wake.set()
+
+    # -- the writer ----------------------------------------------------------------------
+    async def run(self) -> None:
+        """Work through the backlog forever (cancelled when the service stops)."""
+        try:
+            while True:
+                if not self.backlog:
+                    self._wake = anyio.Event()
+                    if not self.backlog:
+                        await self._wake.wait()
+                    continue
+                if self.shared.stopping():
+                    return
+                if not await self._ensure_open() or not await self._handle(self.backlog[0]):
+                    if self.trace is None and not self.job_dir.is_dir():
+                        self._vanish()
+                        return
+                    if self.shared.once:  # nobody will retry: drop what cannot be done
+                        self.backlog.clear()
+                        self.shared.changed()
+                        continue
+                    await self._sleep_until_retry()
+                    continue
+                self.backlog.popleft()
+                self.last_change = time.monotonic()
+                self.shared.changed()
+        finally:
+            self.close()
+
+    async def _sleep_until_retry(self) -> None:
+        delay = max(0.05, (self.health.next_retry_ns - time.time_ns()) / 1e9)
+        await anyio.sleep(delay)
+
+    def close(self) -> None:
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
+        if self.journal is not None:
+            self.journal.unlock()
+            self.journal = None
+
+    def _vanish(self) -> None:
+        log.warning("job_vanished", job=str(self.job_dir), dropped=len(self.backlog),
+                    hint="its reports and outputs went with it; nothing else is affected")
+        self.backlog.clear()
+        self.close()
+        self.shared.vanished(self)
+
+    # -- opening -------------------------------------------------------------------------
+    async def _ensure_open(self) -> bool:
+        if self.trace is not None:
+            return True
+        try:
+            await anyio.to_thread.run_sync(self._open)
+        except StateDirUnusable as exc:
+            self.shared.fatal(exc)
+            return False
+        except OutputLocked as exc:
+            self.close()
+            self._degrade(str(exc), "refused", writable=False)
+            return False
+        except JournalCorrupt as exc:
+            self.close()
+            self._degrade(str(exc), "refused", writable=False)
+            return False
+        except Exception as exc:
+            if not self.job_dir.is_dir():
+                self.close()
+                return False
+            _, reason = classify(exc, inputs=(), out_dir=self.out_dir, job_dir=self.job_dir)
+            self._degrade(reason, "degraded", writable=self.trace is not None)
+            self.close()
+            return False
+        if self.health.state != "ok":
+            self._healthy()
+        assert self.journal is not None
+        log.info("job_opened", job=str(self.job_dir), out=str(self.out_dir),
+                 reports=len(self.journal.state.reports))
+        return True
+
+    def _open(self) -> None:
+        """(worker thread) Journal, locks, live trace, recovery; raises on any failure."""
+        if not self.job_dir.is_dir():
+            raise FileNotFoundError(2, "job directory vanished", str(self.job_dir))
+        settings = self.shared.settings
+        journal = JobJournal.open(settings.state_dir, self.job_dir, root=self.root)
+        journal.lock()
+        self.journal = journal
+        trace = LiveTrace(journal, self.out_dir, self.name or "trace", settings)
+        self.trace = trace
+        trace.recover()
+        journal.commit()
+        self._write_status()
+
+    # -- items ---------------------------------------------------------------------------
+    async def _handle(self, item: Item) -> bool:
+        """Do ``item``; False when it must be retried later (the job is degraded)."""
+        assert self.journal is not None and self.trace is not None
+        try:
+            if isinstance(item, Append):
+                await self._append(item)
+            elif isinstance(item, SetAside):
+                await anyio.to_thread.run_sync(self._set_aside, item.path, item.reason, None)
+            else:
+                await self._finalize(item.why)
+                self.finalize_queued = ""
+        except AppendInterrupted:
+            log.info("append_rolled_back", job=str(self.job_dir))
+            return True
+        except StateDirUnusable as exc:
+            self.shared.fatal(exc)
+            return False
+        except Exception as exc:
+            inputs = (item.path,) if isinstance(item, Append | SetAside) else ()
+            fault, reason = classify(exc, inputs=inputs, out_dir=self.out_dir,
+                                     job_dir=self.job_dir)
+            if fault == "output":
+                # the outputs may be half-written: reopen (recover) before the next try
+                self._degrade(reason, "degraded", writable=True)
+                self.close()
+                return False
+            return await self._input_fault(item, exc, reason)
+        if self.health.state != "ok":
+            self._healthy()
+        return True
+
+    async def _input_fault(self, item: Item, exc: Exception, reason: str) -> bool:
+        if isinstance(item, Finalize):
+            self.finalize_failed_at = self.last_change
+            self.finalize_queued = ""
+            log.error("finalize_failed", job=str(self.job_dir), error=reason,
+                      kind=type(exc).__name__, retry="after the next change to the job")
+            return True
+        if reason.startswith("internal error"):
+            log.error("report_failed", job=str(self.job_dir), report=item.path.name,
+                      exc_info=exc)
+        identity = item.ready.identity if isinstance(item, Append) else None
+        try:
+            await anyio.to_thread.run_sync(self._set_aside, item.path, reason, identity)
+        except StateDirUnusable as fatal:
+            self.shared.fatal(fatal)
+            return False
+        except Exception as again:
+            _, why = classify(again, inputs=(), out_dir=self.out_dir, job_dir=self.job_dir)
+            self._degrade(why, "degraded", writable=True)
+            self.close()
+            return False
+        return True
+
+    async def _append(self, item: Append) -> None:
+        journal, trace = self.journal, self.trace
+        assert journal is not None and trace is not None
+        identity = item.ready.identity
+        if self.shared.stopping() or journal.has_report(identity):
+            return
+        if journal.is_quarantined(item.path, identity):
+            return
+        def work() -> None:
+            trace.append(item.path, identity)
+            self._write_status(landed=1)  # the head of the backlog is in
+
+        async with self.shared.limiter:
+            await anyio.to_thread.run_sync(work)
+        self.shared.appended(self, item.path)
+
+    def _set_aside(self, path: Path, reason: str, identity: ReportIdentity | None) -> None:
+        """(worker thread) Record ``path`` as set aside, once per identity."""
+        journal = self.journal
+        assert journal is not None
+        ident = identity
+        if ident is None:
+            try:
+                ident = report_identity(path)
+            except OSError:
+                ident = None
+        if journal.is_quarantined(path, ident):
+            return
+        journal.quarantine(path, reason, ident)
+        journal.commit()
+        log.warning("report_quarantined", job=str(self.job_dir), path=str(path), reason=reason)
+        self._write_status()
+
+    async def _finalize(self, why: str) -> None:
+        journal, trace = self.journal, self.trace
+        assert journal is not None and trace is not None
+        if journal.state.finalized or not journal.state.reports or self.shared.stopping():
+            return
+        log.info("job_finalizing", job=str(self.job_dir), reason=why)
+        def work() -> None:
+            trace.finalize()
+            self._write_status()
+
+        async with self.shared.limiter:
+            await anyio.to_thread.run_sync(work)
+
+    # -- health and status ---------------------------------------------------------------
+    def _degrade(self, reason: str, state: Literal["degraded", "refused"], *,
+                 writable: bool) -> None:
+        delay = self.health.degrade(reason, state)
+        if self.shared.once:
+            delay = math.inf
+        if reason != self._logged:  # logged once per reason, not once per retry
+            self._logged = reason
+            log.warning("job_degraded" if state == "degraded" else "job_refused",
+                        job=str(self.job_dir), reason=reason, pending=len(self.backlog),
+                        retry_in_s=None if math.isinf(delay) else round(delay, 1))
+        if writable:
+            self._write_status()
+        self.shared.changed()
+
+    def _healthy(self) -> None:
+        if self.health.recover():
+            log.info("job_resumed", job=str(self.job_dir))
+        self._logged = ""
+
+    def _write_status(self, landed: int = 0) -> None:
+        """Replace ``status.json`` (best effort: the next successful step writes it again)."""
+        journal, trace = self.journal, self.trace
+        if journal is None or trace is None:
+            return
+        state = journal.state
+        status = JobStatus(
+            job=str(self.job_dir), reports=len(state.reports),
+            records=sum(r.records for r in state.reports), finalized=state.finalized,
+            prv=str(trace.prv),
+            quarantined=[{"path": q.path, "reason": q.reason} for q in state.quarantined],
+            updated_ns=time.time_ns(), state=self.health.state, reason=self.health.reason,
+            next_retry_ns=self.health.next_retry_ns,
+            pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed)
+        try:
+            trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
+        except OSError as exc:
+            log.debug("status_not_written", job=str(self.job_dir), error=str(exc))

@@ -4,6 +4,7 @@ safe output paths: never through a symlink, never over a file prvstream did not 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -318,10 +319,8 @@ class OutputDir:
             raise OutputConflict(
                 f"output directory {self.path} is a symlink; prvstream never writes through "
                 f"symlinks: replace it with a real directory or choose another --out")
-        try:
+        with contextlib.suppress(FileExistsError, NotADirectoryError):  # said below
             self.path.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            pass  # said below
         if not self.path.is_dir():
             raise OutputConflict(f"{self.path} exists and is not a directory; move it away")
         marker = self.path / OWNED_MARKER

@@ -79,6 +79,7 @@ def test_recovery_truncates_an_uncommitted_block(tmp_path: Path) -> None:
     committed = trace.prv.read_bytes()
     with trace.prv.open("ab") as fh:  # a block written, never committed (crash)
         fh.write(b"2:0:1:1:1:5:63000000:1\n" * 100)
+    trace.close()  # the crashed writer's locks are gone with it
     trace.journal.unlock()
     journal = JobJournal.open(trace.settings.state_dir, job)
     journal.lock()
@@ -112,6 +113,7 @@ def test_summaries_after_recovery_equal_an_uninterrupted_run(tmp_path: Path) -> 
     _append(trace, job, sources[0])
     with trace.summary_jsonl.open("ab") as fh:  # a torn, uncommitted summary line
         fh.write(b'{"schema":1,"job":"job","view":"cumul')
+    trace.close()  # the crashed writer's locks are gone with it
     trace.journal.unlock()
     journal = JobJournal.open(trace.settings.state_dir, job)
     journal.lock()

@@ -1,0 +1,54 @@
+"""The four POP device metrics of a set of devices over an interval."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.records import Metrics
+
+__all__ = ["group_order", "job_metrics"]
+
+log = get_logger(__name__)
+
+#: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
+_EXACT = 2**53
+
+
+def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int) -> Metrics:
+    """LB, CE, OE and PE of devices with these useful/comm times over an interval of span_ns.
+
+    Degenerate cases keep PE = LB * CE * OE: no devices or an empty span give zeros; a job where
+    no compute ran has LB = 1 (all equal) and CE = 0 when communication ran, else 1.
+    """
+    if not useful or span_ns <= 0:
+        return Metrics(load_balance=0.0, communication_efficiency=0.0,
+                       orchestration_efficiency=0.0, parallel_efficiency=0.0)
+    total_u = sum(useful)
+    if total_u + sum(comm) < _EXACT:
+        # every value and partial sum is an exact float64: the same numbers numpy gives
+        max_u = float(max(useful))
+        max_uc = float(max(u + c for u, c in zip(useful, comm, strict=True)))
+        mean_u = float(total_u) / len(useful)
+        sum_u = float(total_u)
+    else:
+        u = np.asarray(useful, dtype=np.float64)
+        uc = u + np.asarray(comm, dtype=np.float64)
+        max_u, max_uc = float(u.max()), float(uc.max())
+        mean_u, sum_u = float(u.mean()), float(u.sum())
+    lb = mean_u / max_u if max_u > 0 else 1.0
+    ce = max_u / max_uc if max_uc > 0 else 1.0
+    oe = max_uc / span_ns
+    pe = sum_u / (len(useful) * span_ns)
+    return Metrics(load_balance=lb, communication_efficiency=ce, orchestration_efficiency=oe,
+                   parallel_efficiency=pe)
+
+
+def group_order(name: str) -> tuple[int, float, str]:
+    try:
+        return 0, float(name), name
+    except ValueError:
+        return 1, math.inf, name

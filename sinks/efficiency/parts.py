@@ -1,0 +1,158 @@
+"""The model's internal parts: growing tables, per-device and per-report state, the sweep."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.records import SummaryRecord
+
+__all__ = [
+    "CATEGORY",
+    "COMM",
+    "FIRST_ROWS",
+    "GAPS",
+    "GAP_NS",
+    "K1",
+    "K2",
+    "K3",
+    "K4",
+    "N_MEASURES",
+    "OVERLAP",
+    "USEFUL",
+    "WIDTH",
+    "Device",
+    "Name",
+    "Pending",
+    "Report",
+    "Sweep",
+    "grow",
+    "rows",
+    "segments",
+]
+
+log = get_logger(__name__)
+
+# columns of a totals vector
+USEFUL, COMM, OVERLAP, K1, K2, K3, K4 = range(7)
+N_MEASURES = 7
+GAPS, GAP_NS = 7, 8
+WIDTH = 9
+#: ActivityKind -> category: 0 compute kernel, 1 NCCL kernel, 2 memcpy/memset
+CATEGORY = np.array([0, 1, 2, 2], dtype=np.int8)
+#: first capacity of a growing table (rows)
+FIRST_ROWS = 64
+#: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
+
+def grow(arr: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
+    """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``)."""
+    if len(arr) >= need:
+        return arr
+    new = np.full((max(need, 2 * len(arr), FIRST_ROWS), *arr.shape[1:]), fill, arr.dtype)
+    new[:len(arr)] = arr
+    return new
+
+
+def rows() -> np.ndarray:
+    return np.zeros((0, WIDTH), np.int64)
+
+
+@dataclass
+class Device:
+    """A physical GPU of the job: (host, CUDA id), all its streams and processes flattened."""
+
+    host: str
+    device: int
+    rank: int | None
+    pid: int
+    process: tuple[str, int]
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    totals: np.ndarray = field(default_factory=lambda: np.zeros(WIDTH, np.int64))
+    #: totals per window slot, per phase instance id and per phase name id (rows of WIDTH)
+    windows: np.ndarray = field(default_factory=rows)
+    instances: np.ndarray = field(default_factory=rows)
+    names: np.ndarray = field(default_factory=rows)
+
+
+@dataclass
+class Name:
+    """A phase name: where its occurrences live and the sums its ``phase_total`` row shows."""
+
+    name: str
+    #: occurrence -> instance id (-1: none yet)
+    instances: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    count: int = 0
+    start: int = 0
+    end: int = 0
+    span: int = 0
+    processes: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Sweep:
+    """Per device of the current report: the finalized frontier and intervals still open."""
+
+    lo: int
+    idle_since: int | None
+    carry_s: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    carry_e: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    carry_c: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
+
+
+@dataclass
+class Report:
+    info: ReportInfo
+    origin: int
+    devices: np.ndarray  # local device index -> global device index
+    processes: list[tuple[str, int]]
+    sweeps: dict[int, Sweep]
+    frontier: int
+    first: int
+    last: int
+    #: per process: phase instances that may still receive time, as (start, end, instance id)
+    recent: dict[tuple[str, int], list[tuple[int, int, int]]] = field(default_factory=dict)
+    #: instance ids the report's phases touched (with repeats)
+    touched: array[int] = field(default_factory=lambda: array("q"))
+    #: activity taken but not swept yet: (start, end, global device, category) arrays
+    pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    pending_rows: int = 0
+
+
+@dataclass
+class Pending:
+    """What the last report changed; its records are built when ``iter_updates`` runs."""
+
+    cumulative: SummaryRecord
+    windows: range
+    instances: np.ndarray  # instance ids in (start, name, occurrence) order
+    names: list[int]  # phase name ids, by name
+    built: dict[tuple[str, int], SummaryRecord]
+
+
+def segments(s: np.ndarray, e: np.ndarray, c: np.ndarray, lo: int,
+              hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split [lo, hi) at every interval boundary: edges and, per segment, the running count of
+    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``)."""
+    n = len(s)
+    eo = np.argsort(e, kind="stable")
+    t = np.concatenate((s, e[eo]))
+    order = np.argsort(t, kind="stable")  # two sorted runs: a merge
+    ts = np.clip(t[order], lo, hi)
+    sign = np.where(order < n, 1, -1).astype(np.int64)
+    cat = np.concatenate((c, c[eo]))[order]
+    last = np.flatnonzero(np.append(ts[1:] != ts[:-1], True))
+    edges = ts[last]
+    total = np.cumsum(sign)[last]
+    comp = np.cumsum(np.where(cat == 0, sign, 0))[last]
+    nccl = np.cumsum(np.where(cat == 1, sign, 0))[last]
+    if edges[-1] == hi:  # boundaries at hi close the last segment
+        edges, total, comp, nccl = edges[:-1], total[:-1], comp[:-1], nccl[:-1]
+    if not len(edges) or edges[0] > lo:  # nothing starts at lo: an empty first segment
+        zero = np.zeros(1, np.int64)
+        edges = np.concatenate(([lo], edges))
+        total, comp, nccl = (np.concatenate((zero, x)) for x in (total, comp, nccl))
+    return np.append(edges, hi), comp, nccl, total

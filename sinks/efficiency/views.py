@@ -1,0 +1,143 @@
+"""Summary records of the model's views: cumulative, window, phase instance, phase total."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from prvstream.sinks.efficiency.metrics import group_order, job_metrics
+from prvstream.sinks.efficiency.parts import (
+    COMM,
+    GAP_NS,
+    GAPS,
+    K1,
+    K4,
+    OVERLAP,
+    USEFUL,
+    WIDTH,
+    Device,
+    Name,
+)
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.records import (
+    SCHEMA_VERSION,
+    DeviceRow,
+    GroupRow,
+    Metrics,
+    SummaryRecord,
+)
+
+__all__ = ["RecordViews"]
+
+log = get_logger(__name__)
+
+
+class RecordViews:
+    """Builds records from the model's tables (mixed into ``EfficiencyModel``)."""
+
+    job: str
+    window_ns: int
+    gap_threshold_ns: int
+    _devices: list[Device]
+    _device_rank: list[int]
+    _process_devices: dict[tuple[str, int], list[int]]
+    _window_slots: dict[int, int]
+    _names: list[Name]
+    _processes: list[tuple[str, int]]
+    _has: list[np.ndarray]
+    _i_name: np.ndarray
+    _i_occ: np.ndarray
+    _i_start: np.ndarray
+    _i_end: np.ndarray
+    _span: tuple[int, int] | None
+    _reports: int
+    _last_report: str
+
+
+    def _record(self, view: str, start: int, end: int, gids: Iterable[int],
+                rows_of: Callable[[Device], np.ndarray | None], row: int = 0, name: str = "",
+                index: int = 0, span: int | None = None) -> SummaryRecord:
+        """One record over [start, end) (length ``span``) for devices ``gids``; a device's
+        totals are ``rows_of(device)[row]`` (zeros when missing)."""
+        if span is None:
+            span = max(end - start, 0)
+        rows: list[DeviceRow] = []
+        rank_of = self._device_rank
+        for gid in sorted(set(gids), key=rank_of.__getitem__):
+            dev = self._devices[gid]
+            table = rows_of(dev)
+            v = table[row].tolist() if table is not None and row < len(table) else \
+                [0] * WIDTH
+            useful, comm, overlap = v[USEFUL], v[COMM], v[OVERLAP]
+            busy_k = v[K1:K4 + 1]
+            rows.append(DeviceRow(
+                host=dev.host, device=dev.device, useful_ns=useful, comm_ns=comm,
+                idle_ns=max(span - useful - comm, 0), overlap_ns=overlap,
+                overlap_share=overlap / (comm + overlap) if comm + overlap else 0.0,
+                inflight_ns=[max(span - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
+                gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid))
+        hosts: dict[str, list[DeviceRow]] = {}
+        ranks: dict[str, list[DeviceRow]] = {}
+        for r in rows:
+            hosts.setdefault(r.host, []).append(r)
+            ranks.setdefault(str(r.rank) if r.rank is not None else f"{r.host}:{r.pid}",
+                             []).append(r)
+
+        #: groups of the same devices (one host, one rank, the job) share their metrics
+        seen: dict[tuple[int, ...], Metrics] = {}
+
+        def metrics(v: list[DeviceRow]) -> Metrics:
+            key = tuple(id(r) for r in v)
+            m = seen.get(key)
+            if m is None:
+                m = seen[key] = job_metrics([r.useful_ns for r in v], [r.comm_ns for r in v],
+                                            span)
+            return m
+
+        def groups(by: dict[str, list[DeviceRow]]) -> list[GroupRow]:
+            return [GroupRow(name=k, devices=len(v), useful_ns=sum(r.useful_ns for r in v),
+                             comm_ns=sum(r.comm_ns for r in v), metrics=metrics(v))
+                    for k, v in sorted(by.items(), key=lambda kv: group_order(kv[0]))]
+
+        return SummaryRecord(
+            schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
+            start_ns=start, end_ns=end, span_ns=span,
+            wall_ns=self._span[1] if self._span else 0, reports=self._reports,
+            last_report=self._last_report,
+            metrics=metrics(rows), devices=rows, hosts=groups(hosts), ranks=groups(ranks),
+            window_ns=self.window_ns,
+            gap_threshold_ns=self.gap_threshold_ns)
+
+    def _cumulative(self) -> SummaryRecord:
+        start, end = self._span if self._span else (0, 0)
+        return self._record("cumulative", start, end, range(len(self._devices)),
+                            lambda d: d.totals[None, :])
+
+    def _window(self, k: int) -> SummaryRecord:
+        w = self.window_ns
+        ws, we = k * w, (k + 1) * w
+        js, je = self._span if self._span else (ws, we)
+        present = [i for i, d in enumerate(self._devices)
+                   if any(a < we and b > ws for a, b in d.spans)]
+        slot = self._window_slots.get(k, -1)
+        return self._record("window", max(ws, js), min(we, je), present,
+                            lambda d: d.windows if slot >= 0 else None, row=slot, index=k)
+
+    def _present(self, processes: Iterable[int]) -> list[int]:
+        return [g for p in processes
+                for g in self._process_devices.get(self._processes[p], [])]
+
+    def _phase(self, i: int) -> SummaryRecord:
+        procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
+        nm = self._names[int(self._i_name[i])]
+        return self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
+                            self._present(procs), lambda d: d.instances, row=i, name=nm.name,
+                            index=int(self._i_occ[i]))
+
+    def _phase_total(self, nid: int) -> SummaryRecord:
+        nm = self._names[nid]
+        return self._record("phase_total", nm.start, nm.end, self._present(sorted(nm.processes)),
+                            lambda d: d.names, row=nid, name=nm.name, index=nm.count,
+                            span=nm.span)
+

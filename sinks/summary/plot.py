@@ -1,0 +1,61 @@
+"""A PNG of a summary: per-device bars and the metrics over time (matplotlib, optional)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.records import SummaryRecord, SummaryState
+
+__all__ = ["plot_summary"]
+
+log = get_logger(__name__)
+
+def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
+                 png: str | os.PathLike[str]) -> None:
+    """Per-device stacked useful/comm/idle bars and the metrics over time, into a PNG.
+
+    Needs matplotlib (``pip install 'prvstream[plot]'``); imported only here.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise PrvstreamError("--plot needs matplotlib; install it with "
+                             "pip install 'prvstream[plot]'") from exc
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    devs = sorted(state.devices, key=lambda d: (d.host, d.device))
+    labels = [f"{d.host}:{d.device}" for d in devs]
+    xs = list(range(len(devs)))
+    useful = [d.useful_ns / 1e9 for d in devs]
+    comm = [d.comm_ns / 1e9 for d in devs]
+    idle = [d.idle_ns / 1e9 for d in devs]
+    ax1.bar(xs, useful, label="useful", color="#3a7d44")
+    ax1.bar(xs, comm, bottom=useful, label="communication", color="#e0a030")
+    ax1.bar(xs, idle, bottom=[u + c for u, c in zip(useful, comm, strict=True)], label="idle",
+            color="#bbbbbb")
+    ax1.set_xticks(xs, labels, rotation=60, ha="right", fontsize=7)
+    ax1.set_ylabel("seconds")
+    ax1.set_ylim(0, 1.18 * max([u + c + i for u, c, i in zip(useful, comm, idle, strict=True)],
+                               default=1.0) or 1.0)
+    ax1.set_title(f"job {state.job}: devices")
+    ax1.legend(fontsize=8, ncol=3, loc="upper center")
+    series: Sequence[SummaryRecord] = state.windows or history or [state]
+    t0 = min((r.start_ns for r in series), default=0)
+    x = [((r.start_ns if r.view == "window" else r.end_ns) - t0) / 1e9 for r in series]
+    for field, short in (("parallel_efficiency", "PE"), ("load_balance", "LB"),
+                         ("communication_efficiency", "CE"),
+                         ("orchestration_efficiency", "OE")):
+        ax2.plot(x, [100 * getattr(r.metrics, field) for r in series], marker=".", label=short)
+    ax2.set_ylim(0, 105)
+    ax2.set_xlabel("seconds since start" + (" (windows)" if state.windows else ""))
+    ax2.set_ylabel("%")
+    ax2.set_title("metrics over time")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,159 @@
+"""Summary record types (msgspec Structs, schema in docs/summary-schema.md) and their codec."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
+
+__all__ = [
+    "DEFAULT_RECENT",
+    "SCHEMA_VERSION",
+    "DeviceRow",
+    "GroupRow",
+    "Metrics",
+    "SummaryRecord",
+    "SummaryState",
+    "View",
+    "decode_record",
+    "decode_state",
+    "encode_record",
+    "encode_state",
+    "zero_metrics",
+]
+
+log = get_logger(__name__)
+
+
+#: version of the records this code writes; changes are additive (new fields with defaults),
+#: so readers accept every version and ignore fields they do not know. 2: the state is bounded
+#: (latest ``recent`` windows and instances per phase name) and has ``phase_totals``
+SCHEMA_VERSION = 2
+
+#: windows, and instances per phase name, that the state keeps by default
+DEFAULT_RECENT = 64
+
+View = Literal["cumulative", "window", "phase", "phase_total"]
+
+
+class Metrics(msgspec.Struct, kw_only=True):
+    """The POP device metrics of one interval, as fractions in [0, 1]."""
+
+    load_balance: float
+    communication_efficiency: float
+    orchestration_efficiency: float
+    parallel_efficiency: float
+
+
+class DeviceRow(msgspec.Struct, kw_only=True):
+    """One device (host + CUDA device id) over the record's interval; times in integer ns."""
+
+    host: str
+    device: int
+    useful_ns: int
+    comm_ns: int
+    idle_ns: int
+    overlap_ns: int
+    #: overlap_ns / (comm_ns + overlap_ns): the part of all communication hidden under compute
+    overlap_share: float = 0.0
+    #: time with 0, 1, 2, 3 and 4 or more kernels running at once
+    inflight_ns: list[int] = msgspec.field(default_factory=lambda: [0, 0, 0, 0, 0])
+    #: idle stretches longer than the gap threshold that overlap the interval, and their time
+    #: inside the interval
+    gaps: int = 0
+    gap_ns: int = 0
+    rank: int | None = None
+    pid: int = 0
+
+
+class GroupRow(msgspec.Struct, kw_only=True):
+    """Metrics over a subset of the devices (one host, or one rank) over the same interval."""
+
+    name: str
+    devices: int
+    useful_ns: int
+    comm_ns: int
+    metrics: Metrics
+
+
+class SummaryRecord(msgspec.Struct, kw_only=True):
+    """One update of one view's interval: a line of ``summary.jsonl``."""
+
+    schema: int
+    job: str
+    view: str
+    #: phase name (phase and phase_total views); "" otherwise
+    name: str = ""
+    #: window number (start // window_ns), phase occurrence, or for phase_total the number of
+    #: instances of the name so far; 0 for the cumulative view
+    index: int = 0
+    #: the interval, in wall-clock ns since the epoch, and its length T (phase_total: the sum
+    #: of its instances' spans, from the first start to the last end)
+    start_ns: int
+    end_ns: int
+    span_ns: int
+    #: wall-clock ns of the latest data included (the end of the job's span so far); this is
+    #: data time, not the time the record was written, so recomputation is byte-identical
+    wall_ns: int = 0
+    #: reports included so far, and the one whose arrival produced this update
+    reports: int = 0
+    last_report: str = ""
+    metrics: Metrics
+    devices: list[DeviceRow]
+    hosts: list[GroupRow] = msgspec.field(default_factory=list)
+    ranks: list[GroupRow] = msgspec.field(default_factory=list)
+    window_ns: int = 0
+    gap_threshold_ns: int = 0
+
+
+class SummaryState(SummaryRecord, kw_only=True):
+    """The latest state (``summary.json``): the cumulative record plus bounded recent rows."""
+
+    #: latest record of each of the ``recent`` highest windows, by index
+    windows: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: latest record of each of the ``recent`` highest occurrences of every phase name, by start
+    phases: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: latest ``phase_total`` record of every phase name, by name
+    phase_totals: list[SummaryRecord] = msgspec.field(default_factory=list)
+    #: the bound applied to ``windows`` and to each name's ``phases`` (0: written before schema 2)
+    recent: int = 0
+
+
+
+_ENCODER = msgspec.json.Encoder()
+_RECORD_DECODER = msgspec.json.Decoder(SummaryRecord)
+_STATE_DECODER = msgspec.json.Decoder(SummaryState)
+
+
+def encode_record(record: SummaryRecord) -> bytes:
+    """One JSON line (with its newline)."""
+    return _ENCODER.encode(record) + b"\n"
+
+
+def decode_state(data: bytes) -> SummaryState:
+    """Decode ``summary.json`` (or a single record, read as a state without windows/phases)."""
+    try:
+        return _STATE_DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise PrvstreamError(f"not a prvstream summary ({exc}); pass a summary.json, "
+                             f"summary.jsonl or a job directory") from exc
+
+
+
+def decode_record(line: bytes) -> SummaryRecord:
+    """Decode one line of ``summary.jsonl`` (raises ``msgspec.DecodeError``)."""
+    return _RECORD_DECODER.decode(line)
+
+
+def encode_state(state: SummaryState) -> bytes:
+    """``summary.json`` content: the state, indented, with a final newline."""
+    return msgspec.json.format(_ENCODER.encode(state), indent=1) + b"\n"
+
+
+def zero_metrics() -> Metrics:
+    """All four metrics zero (no data)."""
+    return Metrics(load_balance=0.0, communication_efficiency=0.0,
+                   orchestration_efficiency=0.0, parallel_efficiency=0.0)

@@ -14,6 +14,22 @@ Public API (definitions in docs/efficiency.md)::
     feed_report(model, info, activity, phases, chunk_rows=...)  # sort, chunk, interleave
     job_metrics(useful, comm, span_ns) -> Metrics
 
+Mergeable partial state (scale-out workers, checkpoints)::
+
+    part = model.partial() -> EfficiencyState   # msgspec Struct of whole reports (between them)
+    merge(a, b) -> EfficiencyState              # associative, commutative: the state of a+b
+    merge_all([a, b, c, ...])                   # the same over many
+    encode_partial(st) -> bytes; decode_partial(b) -> EfficiencyState   # msgpack
+    EfficiencyModel.from_partial(st, recent=..., published=None) -> EfficiencyModel
+    EfficiencyModel.from_partial(st).state() -> SummaryState  # the job's summary.json
+
+Each worker feeds its reports (in start order) into its own model and ships ``partial()``;
+merging the parts in any grouping and order gives exactly the state of one model fed every
+report in start order (the order batch conversion uses). Phase occurrences of a process are
+numbered in start order across its slices; a device belongs to the process of its earliest
+report. To resume a checkpoint, pass the last published ``summary.json`` as ``published`` so
+that the bounded state continues byte-identically; without it the state is rebuilt.
+
 Memory is O(chunk + open intervals) for the sweep, plus one row of 9 int64 per (device, window)
 and per (device, phase instance) in tables grown by doubling (docs/efficiency.md gives the
 cost); the published state is bounded by ``recent`` windows and instances per phase name.
@@ -24,5 +40,22 @@ from __future__ import annotations
 from prvstream.sinks.efficiency.feed import feed_report, summarize
 from prvstream.sinks.efficiency.metrics import job_metrics
 from prvstream.sinks.efficiency.model import EfficiencyModel
+from prvstream.sinks.efficiency.partial import (
+    EfficiencyState,
+    decode_partial,
+    encode_partial,
+    merge,
+    merge_all,
+)
 
-__all__ = ["EfficiencyModel", "feed_report", "job_metrics", "summarize"]
+__all__ = [
+    "EfficiencyModel",
+    "EfficiencyState",
+    "decode_partial",
+    "encode_partial",
+    "feed_report",
+    "job_metrics",
+    "merge",
+    "merge_all",
+    "summarize",
+]

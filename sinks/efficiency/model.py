@@ -5,11 +5,13 @@ The views (records) are built by ``RecordViews``; the exportable, mergeable stat
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
     GAP_NS,
@@ -68,10 +70,13 @@ class EfficiencyModel(RecordViews):
         self._process_ids: dict[tuple[str, int], int] = {}
         self._processes: list[tuple[str, int]] = []
         self._has: list[np.ndarray] = []
-        self._occurrences: dict[tuple[tuple[str, int], str], int] = {}
+        #: per (process, phase name): its occurrences' start and end, in order (pairs)
+        self._occ_spans: dict[tuple[tuple[str, int], str], array[int]] = {}
         self._report: Report | None = None
         self._reports = 0
         self._last_report = ""
+        #: the greatest (start, report id) of the reports included
+        self._last_key: tuple[int, str] | None = None
         self._span: tuple[int, int] | None = None
         self._pending: Pending | None = None
         self._updates: list[SummaryRecord] = []
@@ -89,6 +94,7 @@ class EfficiencyModel(RecordViews):
         origin = int(info.origin_wall_ns)
         processes = [(p.host, p.pid) for p in info.processes]
         local = np.empty(len(info.devices), np.int64)
+        key_first = (origin + int(info.start_ns), info.report_id)
         for i, d in enumerate(info.devices):
             key = (d.host, d.device)
             gid = self._device_ids.get(key)
@@ -96,13 +102,7 @@ class EfficiencyModel(RecordViews):
             if gid is None:
                 gid = len(self._devices)
                 self._device_ids[key] = gid
-                self._devices.append(Device(d.host, d.device, d.rank, proc[1], proc))
-                self._process_devices.setdefault(proc, []).append(gid)
-                order = sorted(range(len(self._devices)),
-                               key=lambda g: (self._devices[g].host, self._devices[g].device))
-                self._device_rank = [0] * len(order)
-                for pos, g in enumerate(order):
-                    self._device_rank[g] = pos
+                self._add_device(Device(d.host, d.device, d.rank, proc[1], proc, key_first))
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, Sweep] = {}
@@ -113,6 +113,19 @@ class EfficiencyModel(RecordViews):
                             device=dev.device, report=info.report_id)
             sweeps[gid] = Sweep(lo=start, idle_since=start)
         self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end)
+
+    def _add_device(self, dev: Device) -> int:
+        """Register a new device; return its id."""
+        gid = len(self._devices)
+        self._device_ids[(dev.host, dev.device)] = gid
+        self._devices.append(dev)
+        self._process_devices.setdefault(dev.process, []).append(gid)
+        order = sorted(range(len(self._devices)),
+                       key=lambda g: (self._devices[g].host, self._devices[g].device))
+        self._device_rank = [0] * len(order)
+        for pos, g in enumerate(order):
+            self._device_rank[g] = pos
+        return gid
 
     def add_activity(self, batch: np.ndarray) -> None:
         """Take ACTIVITY_DTYPE rows (non-decreasing start); sweep when ``flush_rows`` wait."""
@@ -182,22 +195,29 @@ class EfficiencyModel(RecordViews):
             rep.frontier = start
             if end < start:
                 continue
-            name = names[row_name]
             proc = rep.processes[row_proc]
-            occ = self._occurrences.get((proc, name), 0)
-            self._occurrences[(proc, name)] = occ + 1
-            i = self._instance(name, occ, start, end)
-            pid = self._process_ids.get(proc)
-            if pid is None:
-                pid = self._process_ids[proc] = len(self._processes)
-                self._processes.append(proc)
-                self._has.append(np.zeros(0, np.uint8))
-            has = self._has[pid] = grow(self._has[pid], i + 1)
-            if not has[i]:
-                has[i] = 1
-                self._names[int(self._i_name[i])].processes.add(pid)
+            i = self._occurrence(proc, names[row_name], start, end)
             rep.touched.append(i)
             rep.recent.setdefault(proc, []).append((start, end, i))
+
+    def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
+        """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
+        spans = self._occ_spans.get((proc, name))
+        if spans is None:
+            spans = self._occ_spans[(proc, name)] = array("q")
+        occ = len(spans) // 2
+        spans += array("q", (start, end))
+        i = self._instance(name, occ, start, end)
+        pid = self._process_ids.get(proc)
+        if pid is None:
+            pid = self._process_ids[proc] = len(self._processes)
+            self._processes.append(proc)
+            self._has.append(np.zeros(0, np.uint8))
+        has = self._has[pid] = grow(self._has[pid], i + 1)
+        if not has[i]:
+            has[i] = 1
+            self._names[int(self._i_name[i])].processes.add(pid)
+        return i
 
     def _instance(self, name: str, occ: int, start: int, end: int) -> int:
         """The id of phase instance (name, occ), created or widened to cover [start, end)."""
@@ -247,6 +267,8 @@ class EfficiencyModel(RecordViews):
             min(self._span[0], start), max(self._span[1], end))
         self._reports += 1
         self._last_report = rep.info.report_id
+        key = (rep.origin + int(rep.info.start_ns), rep.info.report_id)
+        self._last_key = key if self._last_key is None else max(self._last_key, key)
         self._report = None
         w = self.window_ns
         windows = range(start // w, (end - 1) // w + 1 if end > start else start // w + 1)
@@ -306,6 +328,37 @@ class EfficiencyModel(RecordViews):
         """Drop the records produced since the last call without building them (the state
         still reflects them)."""
         self._updates, self._pending = [], None
+
+    def partial(self) -> EfficiencyState:
+        """The mergeable state of the reports so far (see ``partial.merge``)."""
+        return export_state(self)
+
+    @classmethod
+    def from_partial(cls, state: EfficiencyState, *, flush_rows: int = 65536,
+                     recent: int = DEFAULT_RECENT,
+                     published: SummaryState | None = None) -> EfficiencyModel:
+        """A model that continues from ``state`` (``partial.restore``)."""
+        return restore(state, flush_rows=flush_rows, recent=recent, published=published)
+
+    def _rebuild_state(self) -> None:
+        """The bounded state built afresh from the tables (after a restore or a merge)."""
+        folder = self._folder = SummaryFolder(recent=self._folder.recent)
+        if not self._reports:
+            return
+        for nid in sorted(range(len(self._names)), key=lambda n: self._names[n].name):
+            folder.add(self._phase_total(nid))
+        folder.add(self._cumulative())
+        w = self.window_ns
+        ks: set[int] = set()
+        for d in self._devices:
+            for s, e in d.spans:
+                ks.update(range(s // w, (e - 1) // w + 1 if e > s else s // w + 1))
+        for k in sorted(ks)[-folder.recent:]:
+            folder.add(self._window(k))
+        for nm in self._names:
+            occs = nm.instances[nm.instances >= 0][-folder.recent:]
+            for i in occs.tolist():
+                folder.add(self._phase(i))
 
     def state(self) -> SummaryState:
         """The latest, bounded state: what folding every record published so far gives."""

@@ -70,6 +70,8 @@ class Device:
     rank: int | None
     pid: int
     process: tuple[str, int]
+    #: (start, report id) of the report that registered it (the earliest one, merged)
+    first: tuple[int, str] = (0, "")
     spans: list[tuple[int, int]] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(WIDTH, np.int64))
     #: totals per window slot, per phase instance id and per phase name id (rows of WIDTH)

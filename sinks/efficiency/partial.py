@@ -1,0 +1,294 @@
+"""The model's state as a mergeable msgspec Struct: export, restore, and ``merge(a, b)``.
+
+``EfficiencyState`` holds everything the views are built from, keyed by what things are
+(device (host, id), window index, phase name and occurrence in a process), never by the order
+the model met them, so states of disjoint sets of reports merge by sums, minima and maxima.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
+from typing import TYPE_CHECKING
+
+import msgspec
+import numpy as np
+import structlog
+
+from prvstream.sinks.efficiency.parts import WIDTH, Device
+from prvstream.sinks.summary.fold import SummaryFolder
+from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
+
+if TYPE_CHECKING:
+    from prvstream.sinks.efficiency.model import EfficiencyModel
+
+__all__ = [
+    "STATE_VERSION",
+    "DeviceState",
+    "EfficiencyState",
+    "ProcessState",
+    "Rows",
+    "decode_partial",
+    "encode_partial",
+    "export_state",
+    "merge",
+    "merge_all",
+    "restore",
+]
+
+log = structlog.get_logger(__name__)
+
+#: version of ``EfficiencyState``; additive changes only (new fields with defaults)
+STATE_VERSION = 1
+
+
+class Rows(msgspec.Struct, array_like=True):
+    """A sparse table: sorted distinct ``keys`` and one row of totals per key, flattened
+    (``len(values) == len(keys) * width``)."""
+
+    keys: list[int] = msgspec.field(default_factory=list)
+    values: list[int] = msgspec.field(default_factory=list)
+
+
+class DeviceState(msgspec.Struct, kw_only=True):
+    """One GPU: who uses it, when its reports were captured, and its totals per view."""
+
+    host: str
+    device: int
+    rank: int | None = None
+    pid: int = 0
+    #: host of the process whose phases its time goes to ((proc_host, pid) is that process)
+    proc_host: str = ""
+    #: (start, report id) of the earliest report that has it: that report names its process
+    first: tuple[int, str] = (0, "")
+    #: wall-clock spans of its reports, sorted
+    spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    totals: list[int] = msgspec.field(default_factory=list)
+    #: by window index
+    windows: Rows = msgspec.field(default_factory=Rows)
+    #: by phase name, then occurrence of the name in the device's process
+    instances: dict[str, Rows] = msgspec.field(default_factory=dict)
+    #: by phase name: totals over all its instances
+    names: dict[str, list[int]] = msgspec.field(default_factory=dict)
+
+
+class ProcessState(msgspec.Struct, kw_only=True):
+    """A process with phases: each name's occurrences as flattened (start, end) pairs."""
+
+    host: str
+    pid: int
+    phases: dict[str, list[int]] = msgspec.field(default_factory=dict)
+
+
+class EfficiencyState(msgspec.Struct, kw_only=True):
+    """Everything the model's views are built from, for a set of whole reports."""
+
+    version: int = STATE_VERSION
+    job: str = ""
+    window_ns: int = 10_000_000_000
+    gap_threshold_ns: int = 1_000_000
+    reports: int = 0
+    #: the greatest (start, report id) included: ``last_report`` of the records
+    last: tuple[int, str] | None = None
+    #: earliest report start and latest report end (None before any report)
+    span: tuple[int, int] | None = None
+    devices: list[DeviceState] = msgspec.field(default_factory=list)
+    processes: list[ProcessState] = msgspec.field(default_factory=list)
+
+
+_ENC = msgspec.msgpack.Encoder()
+_DEC = msgspec.msgpack.Decoder(EfficiencyState)
+
+
+def encode_partial(state: EfficiencyState) -> bytes:
+    """Compact bytes (msgpack) of a state, e.g. to checkpoint it or send it to another worker."""
+    return _ENC.encode(state)
+
+
+def decode_partial(data: bytes) -> EfficiencyState:
+    """The state ``encode_partial`` wrote."""
+    return _DEC.decode(data)
+
+
+def _table(keys: np.ndarray, values: np.ndarray) -> Rows:
+    """Rows with nonzero values, sorted by key (duplicate keys summed)."""
+    if not len(keys):
+        return Rows()
+    uk, inv = np.unique(keys, return_inverse=True)
+    summed = np.zeros((len(uk), WIDTH), np.int64)
+    np.add.at(summed, inv, values)
+    nz = summed.any(axis=1)
+    return Rows(uk[nz].tolist(), summed[nz].ravel().tolist())
+
+
+def _arrays(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    return (np.asarray(rows.keys, np.int64),
+            np.asarray(rows.values, np.int64).reshape(len(rows.keys), WIDTH))
+
+
+def export_state(m: EfficiencyModel) -> EfficiencyState:
+    """The model's state (between reports), in canonical form."""
+    if m._report is not None:
+        raise RuntimeError("export the state between reports, not inside one")
+    slots = np.fromiter(m._window_slots.values(), np.int64, len(m._window_slots))
+    ks = np.fromiter(m._window_slots.keys(), np.int64, len(m._window_slots))
+    n_inst = m._n_instances
+    devices: list[DeviceState] = []
+    for d in sorted(m._devices, key=lambda d: (d.host, d.device)):
+        ok = slots < len(d.windows)
+        windows = _table(ks[ok], d.windows[slots[ok]])
+        instances: dict[str, Rows] = {}
+        tab = d.instances[:n_inst]
+        ids = np.flatnonzero(tab.any(axis=1))
+        if len(ids):
+            nids = m._i_name[ids]
+            for nid in np.unique(nids).tolist():
+                sel = ids[nids == nid]
+                instances[m._names[nid].name] = _table(m._i_occ[sel], tab[sel])
+        names = {m._names[nid].name: d.names[nid].tolist()
+                 for nid in np.flatnonzero(d.names[:len(m._names)].any(axis=1)).tolist()}
+        devices.append(DeviceState(
+            host=d.host, device=d.device, rank=d.rank, pid=d.pid, proc_host=d.process[0],
+            first=d.first, spans=sorted(d.spans), totals=d.totals.tolist(), windows=windows,
+            instances=instances, names=names))
+    procs: dict[tuple[str, int], dict[str, list[int]]] = {}
+    for (proc, name), spans in m._occ_spans.items():
+        procs.setdefault(proc, {})[name] = spans.tolist()
+    return EfficiencyState(
+        job=m.job, window_ns=m.window_ns, gap_threshold_ns=m.gap_threshold_ns,
+        reports=m._reports, last=m._last_key, span=m._span, devices=devices,
+        processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)])
+
+
+def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
+            published: SummaryState | None = None) -> EfficiencyModel:
+    """A model that continues from ``state``. ``published``: the last ``summary.json`` (the
+    bounded state keeps records as they were published); without it the bounded state is
+    rebuilt from ``state`` (every record built now)."""
+    from prvstream.sinks.efficiency.model import EfficiencyModel
+
+    m = EfficiencyModel(state.job, window_ns=state.window_ns,
+                        gap_threshold_ns=state.gap_threshold_ns, flush_rows=flush_rows,
+                        recent=recent)
+    for p in state.processes:
+        proc = (p.host, p.pid)
+        for name, flat in p.phases.items():
+            for j in range(0, len(flat), 2):
+                m._occurrence(proc, name, flat[j], flat[j + 1])
+    for ds in state.devices:
+        proc = (ds.proc_host, ds.pid)
+        dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
+                     [(s[0], s[1]) for s in ds.spans])
+        dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
+        m._add_device(dev)
+        keys, values = _arrays(ds.windows)
+        if len(keys):
+            slots = m._window_rows(dev, keys.tolist())  # grows dev.windows
+            dev.windows[slots] = values
+        m._phase_rows(dev)
+        for name, rows in ds.instances.items():
+            keys, values = _arrays(rows)
+            nm = m._names[m._name_ids[name]]
+            dev.instances[nm.instances[keys]] = values
+        for name, row in ds.names.items():
+            dev.names[m._name_ids[name]] = row
+    m._reports = state.reports
+    m._last_key = None if state.last is None else (state.last[0], state.last[1])
+    m._last_report = state.last[1] if state.last is not None else ""
+    m._span = None if state.span is None else (state.span[0], state.span[1])
+    if published is not None:
+        m._folder = SummaryFolder(published, recent)
+    else:
+        m._rebuild_state()
+    return m
+
+
+def _order(a: list[int], b: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Merge two start-ordered occurrence lists (flattened pairs): the new position of each of
+    ``a``'s and ``b``'s occurrences, and the merged list."""
+    pa = np.asarray(a, np.int64).reshape(-1, 2)
+    pb = np.asarray(b, np.int64).reshape(-1, 2)
+    both = np.concatenate((pa, pb))
+    order = np.lexsort((both[:, 1], both[:, 0]))
+    pos = np.empty(len(both), np.int64)
+    pos[order] = np.arange(len(both))
+    return pos[:len(pa)], pos[len(pa):], both[order].ravel().tolist()
+
+
+def _sum(a: list[int], b: list[int]) -> list[int]:
+    if not a:
+        return list(b)
+    if not b:
+        return list(a)
+    return [x + y for x, y in zip(a, b, strict=True)]
+
+
+def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
+    """The state of the reports of ``a`` and of ``b`` (disjoint sets of whole reports).
+
+    Associative and commutative: any grouping and order of merges gives the state one model
+    reaches by taking every report in start order. Phase occurrences of a process are
+    renumbered in start order; a device's process is the one of its earliest report.
+    """
+    if (a.window_ns, a.gap_threshold_ns) != (b.window_ns, b.gap_threshold_ns):
+        raise ValueError("cannot merge efficiency states with different window_ns or "
+                         "gap_threshold_ns; convert every part with the same settings")
+    maps: tuple[dict[tuple[str, int, str], np.ndarray], ...] = ({}, {})
+    pa = {(p.host, p.pid): p for p in a.processes}
+    pb = {(p.host, p.pid): p for p in b.processes}
+    processes: list[ProcessState] = []
+    for key in sorted(pa.keys() | pb.keys()):
+        x = pa[key].phases if key in pa else {}
+        y = pb[key].phases if key in pb else {}
+        phases: dict[str, list[int]] = {}
+        for name in sorted(x.keys() | y.keys()):
+            ma, mb, phases[name] = _order(x.get(name, []), y.get(name, []))
+            maps[0][(*key, name)], maps[1][(*key, name)] = ma, mb
+        processes.append(ProcessState(host=key[0], pid=key[1], phases=phases))
+    da = {(d.host, d.device): d for d in a.devices}
+    db = {(d.host, d.device): d for d in b.devices}
+    devices = []
+    for key in sorted(da.keys() | db.keys()):
+        parts = [(side, d) for side, d in ((0, da.get(key)), (1, db.get(key))) if d is not None]
+        head = min((d for _, d in parts), key=lambda d: tuple(d.first))
+        totals: list[int] = []
+        wk: list[np.ndarray] = []
+        wv: list[np.ndarray] = []
+        names_sum: dict[str, list[int]] = {}
+        inst: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        for side, d in parts:
+            totals = _sum(totals, d.totals)
+            k, v = _arrays(d.windows)
+            wk.append(k)
+            wv.append(v)
+            for name, row in d.names.items():
+                names_sum[name] = _sum(names_sum.get(name, []), row)
+            for name, rows in d.instances.items():
+                k, v = _arrays(rows)
+                remap = maps[side].get((d.proc_host, d.pid, name))
+                if remap is not None:
+                    k = remap[k]
+                lst = inst.setdefault(name, ([], []))
+                lst[0].append(k)
+                lst[1].append(v)
+        devices.append(DeviceState(
+            host=head.host, device=head.device, rank=head.rank, pid=head.pid,
+            proc_host=head.proc_host, first=head.first,
+            spans=sorted([*(da[key].spans if key in da else []),
+                          *(db[key].spans if key in db else [])]),
+            totals=totals, windows=_table(np.concatenate(wk), np.concatenate(wv)),
+            instances={n: _table(np.concatenate(k), np.concatenate(v))
+                       for n, (k, v) in sorted(inst.items())},
+            names=dict(sorted(names_sum.items()))))
+    spans = [s for s in (a.span, b.span) if s is not None]
+    lasts = [x for x in (a.last, b.last) if x is not None]
+    return EfficiencyState(
+        job=a.job or b.job, window_ns=a.window_ns, gap_threshold_ns=a.gap_threshold_ns,
+        reports=a.reports + b.reports, last=max(lasts) if lasts else None,
+        span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
+        devices=devices, processes=processes)
+
+
+def merge_all(states: Iterable[EfficiencyState]) -> EfficiencyState:
+    """``merge`` over any number of states (at least one)."""
+    return reduce(merge, states)

@@ -1,0 +1,115 @@
+"""Mergeable partial efficiency state: any grouping and order of merges gives the single pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.efficiency import EfficiencyModel, feed_report
+from prvstream.sinks.efficiency.partial import (
+    EfficiencyState,
+    decode_partial,
+    encode_partial,
+    merge,
+    merge_all,
+)
+from tests.sinks.test_efficiency import C, M, N, S, acts, phases, report
+
+Report = tuple[ReportInfo, np.ndarray, np.ndarray]
+
+
+@st.composite
+def sliced_jobs(draw: st.DrawFn) -> list[Report]:
+    """1-3 processes (on 1-2 hosts), each captured in 1-3 slices (one report each, disjoint
+    in time), 1-2 GPUs per process, random activity and "step"/"eval" phases."""
+    out: list[Report] = []
+    for p in range(draw(st.integers(1, 3))):
+        host = f"h{draw(st.integers(0, 1))}"
+        gpus = [2 * p + g for g in range(draw(st.integers(1, 2)))]
+        t = draw(st.integers(0, 30))
+        for k in range(draw(st.integers(1, 3))):
+            start, end = t, t + draw(st.integers(1, 60))
+            t = end + draw(st.integers(0, 40))
+            rows = []
+            for _ in range(draw(st.integers(0, 10))):
+                a = draw(st.integers(start, end - 1))
+                rows.append((a, draw(st.integers(a, end)), draw(st.integers(0, len(gpus) - 1)),
+                             draw(st.integers(0, 2)), draw(st.sampled_from([C, N, M, S]))))
+            prow = []
+            for _ in range(draw(st.integers(0, 3))):
+                a = draw(st.integers(start, end - 1))
+                prow.append((a, draw(st.integers(a, end)), 0, draw(st.integers(0, 1))))
+            info = report(f"p{p}.s{k}", host, 100 + p, p, gpus, start, end,
+                          phase_names=["step", "eval"])
+            local = acts(sorted(rows))
+            out.append((info, local, phases(sorted(prow))))
+    out.sort(key=lambda r: (r[0].origin_wall_ns + r[0].start_ns, r[0].report_id))
+    return out
+
+
+def _single(reports: list[Report], window: int, **kw: int) -> EfficiencyModel:
+    model = EfficiencyModel("j", window_ns=window, gap_threshold_ns=3, **kw)
+    for info, a, ph in reports:
+        feed_report(model, info, a, ph, chunk_rows=4)
+    return model
+
+
+def _tree(states: list[EfficiencyState], cuts: list[int]) -> EfficiencyState:
+    """Merge in an arbitrary tree shape: split at ``cuts`` (recursively)."""
+    if len(states) == 1:
+        return states[0]
+    at = 1 + (cuts[0] % (len(states) - 1)) if cuts else 1
+    return merge(_tree(states[:at], cuts[1:]), _tree(states[at:], cuts[1:]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=sliced_jobs(), window=st.integers(7, 50), data=st.data())
+def test_merging_in_any_grouping_and_order_gives_the_single_pass_state(  # type: ignore[no-untyped-def]
+        job, window: int, data) -> None:
+    whole = _single(job, window)
+    expected = whole.partial()
+    groups = data.draw(st.lists(st.integers(0, 3), min_size=len(job), max_size=len(job)))
+    parts = [_single([r for r, g in zip(job, groups, strict=True) if g == k], window).partial()
+             for k in sorted(set(groups))]
+    order = data.draw(st.permutations(range(len(parts))))
+    cuts = data.draw(st.lists(st.integers(0, 10), max_size=4))
+    merged = _tree([parts[i] for i in order], cuts)
+    assert merged == expected
+    assert decode_partial(encode_partial(merged)) == expected
+    # the views built from a merged state: the cumulative record is the single pass's
+    rebuilt = EfficiencyModel.from_partial(merged).state()
+    single = whole.state()
+    assert rebuilt.metrics == single.metrics and rebuilt.devices == single.devices
+    assert (rebuilt.reports, rebuilt.last_report) == (single.reports, single.last_report)
+    assert [p.index for p in rebuilt.phase_totals] == [p.index for p in single.phase_totals]
+    def busy(rows):  # type: ignore[no-untyped-def]
+        return [(w.index, [(d.host, d.device, d.useful_ns, d.comm_ns, d.gap_ns)
+                           for d in w.devices]) for w in rows]
+
+    assert busy(rebuilt.windows) == busy(single.windows)
+    assert busy(rebuilt.phases) == busy(single.phases)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=sliced_jobs(), cut=st.integers(0, 20))
+def test_a_restored_model_continues_like_an_uninterrupted_one(job, cut: int) -> None:  # type: ignore[no-untyped-def]
+    cut %= len(job) + 1
+    first = _single(job[:cut], 10)
+    model = EfficiencyModel.from_partial(decode_partial(encode_partial(first.partial())),
+                                         flush_rows=4, published=first.state())
+    for info, a, ph in job[cut:]:
+        feed_report(model, info, a, ph, chunk_rows=4)
+    whole = _single(job, 10)
+    assert model.partial() == whole.partial()
+    assert model.state() == whole.state()
+
+
+def test_merge_refuses_different_settings() -> None:
+    a = EfficiencyModel("j", window_ns=10).partial()
+    b = EfficiencyModel("j", window_ns=20).partial()
+    with pytest.raises(ValueError, match="same settings"):
+        merge(a, b)
+    assert merge_all([a]) is a

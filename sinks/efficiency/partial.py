@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
-import structlog
 
 from prvstream.sinks.efficiency.parts import WIDTH, Device
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
 
@@ -36,7 +36,7 @@ __all__ = [
     "restore",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: version of ``EfficiencyState``; additive changes only (new fields with defaults)
 STATE_VERSION = 1

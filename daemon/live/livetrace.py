@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.live.inputs import InputChanged, stat_input
 from prvstream.daemon.live.journal import (
     JobJournal,
     JournalState,
@@ -304,7 +305,13 @@ class LiveTrace:
     def _append(self, path: Path, identity: ReportIdentity) -> AppendResult:
         started = time.perf_counter()
         state = self.journal.state
+        self._same_file(path, identity)
         rep = prepare(path, self.settings.kinds or None)
+        try:  # SQLite opened it by name: is that name still the file that was checked?
+            self._same_file(path, identity)
+        except BaseException:
+            rep.close()
+            raise
         spool = ReportSpool()
         compacted = False
         try:
@@ -341,6 +348,13 @@ class LiveTrace:
                  compacted=compacted, seconds=round(result.seconds, 3),
                  tasks=len(self.numbering.tasks))
         return result
+
+    def _same_file(self, path: Path, identity: ReportIdentity) -> None:
+        """Raise ``InputChanged`` unless ``path`` (opened safely, inside the job's root) is
+        still the file readiness checked; ``InputRefused`` for a FIFO, device, link out..."""
+        found = stat_input(path, self.journal.state.root or None)
+        if found != (identity.device, identity.inode, identity.size, identity.mtime_ns):
+            raise InputChanged(f"{path} changed after it was checked; it will be checked again")
 
     def _record_report(self, rep: PreparedReport, identity: ReportIdentity, records: int
                        ) -> None:

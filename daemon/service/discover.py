@@ -343,10 +343,12 @@ def _stop_observer(observer: Any) -> None:
 async def _polling(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
                    interval: float, task_status: anyio.abc.TaskStatus[None]) -> None:
     """Compare ``(size, mtime_ns, inode)`` snapshots every ``interval`` seconds (NFS, Lustre)."""
-    seen: dict[str, tuple[int, int, int]] = {}
+    seen: dict[str, tuple[int, int, int, int]] = {}
 
-    def snapshot() -> dict[str, tuple[int, int, int]]:
-        return {p: (st.st_size, st.st_mtime_ns, st.st_ino) for p, st in scope.walk()}
+    def snapshot() -> dict[str, tuple[int, int, int, int]]:
+        # the mode too: a file set aside as unreadable is looked at again after a chmod
+        return {p: (st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode)
+                for p, st in scope.walk()}
 
     started = False
     while True:

@@ -20,6 +20,7 @@ import anyio.abc
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.live.inputs import InputChanged, InputRefused
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import AppendInterrupted, LiveTrace, output_dir_for
 from prvstream.daemon.service.faults import Health, classify
@@ -234,6 +235,9 @@ class Job:
         except AppendInterrupted:
             log.info("append_rolled_back", job=str(self.job_dir))
             return True
+        except InputChanged as exc:  # discovery hands it to readiness again
+            log.info("report_changed_before_append", job=str(self.job_dir), error=str(exc))
+            return True
         except StateDirUnusable as exc:
             self.shared.fatal(exc)
             return False
@@ -297,8 +301,8 @@ class Job:
         ident = identity
         if ident is None:
             try:
-                ident = report_identity(path)
-            except OSError:
+                ident = report_identity(path, self.root)
+            except (OSError, InputRefused):
                 ident = None
         if journal.is_quarantined(path, ident):
             return

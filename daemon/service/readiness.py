@@ -15,11 +15,13 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from prvstream.daemon.live.inputs import InputRefused, open_input
 from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import ExportIncomplete
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
+    "CHECK_LIMIT",
     "HEAD_BYTES",
     "Invalid",
     "NotYet",
@@ -41,6 +43,11 @@ HEAD_BYTES = 64 * 1024
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+#: seconds one readiness check may take before it is abandoned and retried later
+CHECK_LIMIT = 60.0
+#: threads readiness checks may use (a hung mount holds these, never the converters')
+_CHECK_THREADS = 8
+_check_pool: anyio.CapacityLimiter | None = None
 #: siblings that mean "a writer is in the middle of a transaction"
 _BUSY_SUFFIXES = ("-journal", "-wal")
 
@@ -87,21 +94,21 @@ Verdict = Ready | NotYet | Invalid
 
 
 def stat_signature(path: Path) -> tuple[int, int, int, int]:
-    """``(device, inode, size, mtime_ns)`` of ``path`` (follows no symlink for the caller)."""
-    st = os.stat(path)
+    """``(device, inode, size, mtime_ns)`` of ``path`` itself (a symlink is not followed)."""
+    st = os.lstat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def report_identity(path: Path) -> ReportIdentity:
-    """Identity of ``path``: device, inode, size, mtime and a hash of its first 64 KiB."""
-    with open(path, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        head = fh.read(HEAD_BYTES)
+def report_identity(path: Path, root: str | os.PathLike[str] | None = None) -> ReportIdentity:
+    """Identity of ``path``: device, inode, size, mtime and a hash of its first 64 KiB (opened
+    safely: ``InputRefused`` for anything but a regular file inside ``root``)."""
+    with open_input(path, root) as (fd, st):
+        head = os.pread(fd, HEAD_BYTES, 0)
     return ReportIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size,
                           mtime_ns=st.st_mtime_ns, head_sha256=hashlib.sha256(head).hexdigest())
 
 
-def check_export(path: Path) -> Verdict:
+def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verdict:
     """One look at ``path`` (blocking, no waiting): the checks of DESIGN §3 except settling.
 
     Ready, NotYet (a writer may still be at work) or NotYet(corrupt=True) (broken unless a
@@ -112,15 +119,17 @@ def check_export(path: Path) -> Verdict:
         if os.path.lexists(f"{path}{suffix}"):
             return NotYet(f"a {suffix} file stands beside it (a writer is in a transaction)")
     try:
-        before = report_identity(path)
+        before = report_identity(path, root)
+        with open_input(path, root) as (fd, _):
+            magic = os.pread(fd, len(_SQLITE_MAGIC), 0)
     except FileNotFoundError:
         return NotYet("the file vanished (renamed or deleted)")
+    except InputRefused as exc:
+        return NotYet(str(exc), corrupt=True)
     except OSError as exc:
         return NotYet(f"cannot read it: {exc}", corrupt=True)
     if before.size == 0:
         return NotYet("the file is empty")
-    with open(path, "rb") as fh:
-        magic = fh.read(len(_SQLITE_MAGIC))
     if magic != _SQLITE_MAGIC:
         return NotYet("not an SQLite database (bad header)", corrupt=True)
     try:
@@ -153,7 +162,7 @@ def check_export(path: Path) -> Verdict:
     finally:
         con.close()
     try:
-        after = report_identity(path)
+        after = report_identity(path, root)
     except OSError:
         return NotYet("the file vanished while being checked")
     if after != before:
@@ -162,7 +171,9 @@ def check_export(path: Path) -> Verdict:
 
 
 async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
-                     first_delay: float | None = None, max_delay: float = 30.0) -> Ready | Invalid:
+                     first_delay: float | None = None, max_delay: float = 30.0,
+                     root: str | os.PathLike[str] | None = None,
+                     check_limit: float = CHECK_LIMIT) -> Ready | Invalid:
     """Wait until ``path`` is a complete export (Ready) or clearly never will be (Invalid).
 
     The file must keep the same (device, inode, size, mtime) for ``settle`` seconds before the
@@ -172,6 +183,8 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
     nothing is Ready after ``max_wait`` seconds, or ``Invalid(gone=True)`` when the file has
     been missing for ``settle`` seconds (two looks a settle time apart, so that a stale
     NFS attribute cache cannot condemn a file still being written). Cancel to stop waiting.
+    Each check runs in a thread of its own pool for at most ``check_limit`` seconds (a hung
+    file system costs a retry, never a stuck service); opens never block (``open_input``).
     """
     start = time.monotonic()
     base = max(0.02, settle / 4) if first_delay is None else first_delay
@@ -201,7 +214,7 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
                 last_sig, stable_since, delay = sig, now, base
                 reason = "still changing"
             elif now - stable_since >= settle:
-                verdict = await anyio.to_thread.run_sync(check_export, path)
+                verdict = await _timed_check(path, root, check_limit)
                 if isinstance(verdict, Ready):
                     return verdict
                 if isinstance(verdict, Invalid):  # pragma: no cover - check_export never does
@@ -225,6 +238,18 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
             pause = min(pause, max(0.02, settle - (time.monotonic() - corrupt_since)))
         await anyio.sleep(max(0.01, pause))
         delay = min(max_delay, delay * 2)
+
+
+async def _timed_check(path: Path, root: str | os.PathLike[str] | None, limit: float
+                       ) -> Verdict:
+    global _check_pool
+    if _check_pool is None:
+        _check_pool = anyio.CapacityLimiter(_CHECK_THREADS)
+    with anyio.move_on_after(limit):
+        return await anyio.to_thread.run_sync(check_export, path, root, limiter=_check_pool,
+                                              abandon_on_cancel=True)
+    log.warning("export_check_timed_out", path=str(path), limit_s=limit)
+    return NotYet(f"checking it took longer than {limit:g} s (a hung file system?)")
 
 
 def nsys_executable() -> str | None:

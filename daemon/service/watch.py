@@ -129,7 +129,7 @@ class Service:
                 except PrvstreamError as exc:
                     job.submit(SetAside(cand.path, str(exc)))
                     return
-            verdict = await wait_ready(path, settle=self.settings.settle)
+            verdict = await wait_ready(path, settle=self.settings.settle, root=cand.root)
             if isinstance(verdict, Invalid):
                 if not verdict.gone:
                     job.submit(SetAside(path, verdict.reason))

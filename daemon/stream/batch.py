@@ -110,6 +110,9 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
             found.extend(hits)
         elif not path.exists():
             failed.append((raw, "no such file"))
+        elif not path.is_file():  # a FIFO would block the open, a device never end
+            failed.append((raw, "not a regular file (a FIFO, device or socket); pass the "
+                                ".sqlite export itself"))
         elif path.suffix == ".nsys-rep":
             try:
                 found.append(_exported(path))

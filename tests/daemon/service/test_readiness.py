@@ -182,15 +182,41 @@ async def test_wait_ready_backs_off(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     path = make_export(tmp_path / "rank0.sqlite", final=False)
     looks = 0
 
-    def counting(p: Path) -> readiness.Verdict:
+    def counting(p: Path, root: Path | None = None) -> readiness.Verdict:
         nonlocal looks
         looks += 1
-        return check_export(p)
+        return check_export(p, root)
 
     monkeypatch.setattr(readiness, "check_export", counting)
     with anyio.fail_after(10):
         await wait_ready(path, settle=0.02, max_wait=1.0, first_delay=0.02, max_delay=0.2)
     assert 3 <= looks <= 12
+
+
+@pytest.mark.anyio
+async def test_a_hung_check_is_abandoned_after_its_time_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check stuck in the kernel (a dead mount) costs a retry, never a stuck waiter."""
+    import threading
+
+    import prvstream.daemon.service.readiness as readiness
+
+    path = make_export(tmp_path / "rank0.sqlite", final=True)
+    release = threading.Event()
+
+    def hung(p: Path, root: Path | None = None) -> readiness.Verdict:
+        release.wait(10)
+        return check_export(p, root)
+
+    monkeypatch.setattr(readiness, "check_export", hung)
+    try:
+        with anyio.fail_after(5):
+            verdict = await wait_ready(path, settle=0.02, max_wait=1.0, first_delay=0.02,
+                                       check_limit=0.2)
+    finally:
+        release.set()
+    assert isinstance(verdict, readiness.Invalid)
+    assert "longer than" in verdict.reason
 
 
 @pytest.mark.anyio

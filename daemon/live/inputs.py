@@ -1,0 +1,119 @@
+"""Opening a report safely: relative to its job directory, never through a symlink, never
+blocking (O_NONBLOCK), only regular files, and only inside the watched root, at every open.
+
+FIFOs, devices, sockets and active swap files are refused with a reason a user can act on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from prvstream.sinks.errors import NotAnExport
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["InputChanged", "InputRefused", "inside", "open_input", "stat_input"]
+
+log = get_logger(__name__)
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class InputRefused(NotAnExport):
+    """The path is not a regular file inside its root (a FIFO, device, socket, swap file, or
+    a symlink or folder leading elsewhere): never read."""
+
+
+class InputChanged(NotAnExport):
+    """The file at the path is no longer the one that was checked: it will be looked at again."""
+
+
+def inside(path: str, root: str) -> bool:
+    """Is ``path`` ``root`` or below it (both real paths)?"""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _swap_files() -> set[tuple[int, int]]:
+    """(device, inode) of every active swap file (Linux ``/proc/swaps``)."""
+    found: set[tuple[int, int]] = set()
+    try:
+        with open("/proc/swaps", encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return found
+    for line in lines:
+        name = line.split()[0] if line.split() else ""
+        with contextlib.suppress(OSError):
+            st = os.stat(name.replace("\\040", " "))
+            if stat.S_ISREG(st.st_mode):
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def _refuse(path: Path, what: str) -> InputRefused:
+    log.warning("input_refused", path=str(path), reason=what)
+    return InputRefused(f"{path} is {what}, not an export; prvstream never reads it (put the "
+                        "Nsight Systems .sqlite export itself in the job directory)")
+
+
+@contextlib.contextmanager
+def open_input(path: Path, root: str | os.PathLike[str] | None = None
+               ) -> Iterator[tuple[int, os.stat_result]]:
+    """``(fd, fstat)`` of the report at ``path``, opened read-only and non-blocking relative
+    to a descriptor of its directory, without following a symlink; raises ``InputRefused``
+    for anything but a regular file inside ``root`` and ``FileNotFoundError`` when absent.
+    """
+    path = Path(path)
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except NotADirectoryError as exc:
+        raise FileNotFoundError(2, "its directory is gone", str(path.parent)) from exc
+    try:
+        try:
+            fd = os.open(path.name, _FLAGS, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the name is a symlink
+                raise _refuse(path, "a symlink") from exc
+            if exc.errno == errno.ENXIO:  # a socket
+                raise _refuse(path, "a socket") from exc
+            raise
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        for test, what in _KINDS:
+            if test(st.st_mode):
+                raise _refuse(path, what)
+        if root is not None:
+            real = _fd_path(fd, path)
+            top = os.path.realpath(os.fspath(root))
+            if not inside(real, top):
+                raise _refuse(path, f"now reached through a link leading to {real}, outside "
+                              f"the watched root {top}")
+        if (st.st_dev, st.st_ino) in _swap_files():
+            raise _refuse(path, "an active swap file")
+        yield fd, st
+    finally:
+        os.close(fd)
+
+
+def _fd_path(fd: int, path: Path) -> str:
+    """The real path of an open descriptor (``/proc``), else of ``path``."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def stat_input(path: Path, root: str | os.PathLike[str] | None = None
+               ) -> tuple[int, int, int, int]:
+    """``(device, inode, size, mtime_ns)`` of the report, opened safely (``open_input``)."""
+    with open_input(path, root) as (_, st):
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from prvstream.daemon.kinds.names import ALL_KINDS
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 
@@ -22,11 +23,6 @@ __all__ = ["ALL_KINDS", "Settings", "default_state_dir", "load_settings"]
 
 log = get_logger(__name__)
 
-#: data kinds the converter knows, in the order ``--trace`` documents them
-ALL_KINDS: tuple[str, ...] = (
-    "kernel", "memcpy", "memset", "runtime", "sync", "nvtx", "osrt", "mpi", "gpu_metrics",
-    "graph", "openacc", "comm",
-)
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 

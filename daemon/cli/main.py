@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from prvstream.daemon.kinds.names import ALL_KINDS
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
@@ -35,10 +36,9 @@ _HANDLERS = {
 }
 
 
-#: the data kinds ``--trace`` documents (``config.ALL_KINDS``, which a test checks; the
-#: settings module is imported only when a command runs, so that ``--version`` stays fast)
-_KINDS = ("kernel", "memcpy", "memset", "runtime", "sync", "nvtx", "osrt", "mpi",
-          "gpu_metrics", "graph", "openacc", "comm")
+#: the data kinds ``--trace`` documents (``kinds.names`` imports nothing heavy: the settings
+#: module is imported only when a command runs, so that ``--version`` stays fast)
+_KINDS = ALL_KINDS
 
 
 class _Parser(argparse.ArgumentParser):

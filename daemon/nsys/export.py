@@ -13,22 +13,23 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 
+from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds.base import KindSource
+from prvstream.daemon.kinds.context import pid_of, process_of, tid_of
+from prvstream.daemon.kinds.nvtx import NVTX_DOMAIN_CREATE, NVTX_WHERE
+from prvstream.daemon.kinds.registry import TABLE_KINDS
+from prvstream.daemon.kinds.sql import pack_i4_pair, quote_identifier, wrap_i4
+from prvstream.daemon.kinds.sync import SYNC_TYPE_LABELS
+from prvstream.daemon.nsys.plan import ExportPlan, plan_export
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "ENUM_FALLBACKS",
-    "KIND_TABLES",
-    "MEMCPY_KIND_SHORT",
-    "NVTX_DOMAIN_CREATE",
-    "NVTX_KINDS",
-    "NVTX_MARK",
-    "NVTX_PUSH_POP",
-    "NVTX_START_END",
     "Export",
     "ExportMeta",
     "ExportPlan",
@@ -46,20 +47,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: NVTX_EVENTS.eventType values we convert (from ENUM_NSYS_EVENT_TYPE, stable since 2020)
-NVTX_MARK: Final = 34
-NVTX_PUSH_POP: Final = 59
-NVTX_START_END: Final = 60
-NVTX_DOMAIN_CREATE: Final = 75
-NVTX_KINDS: Final = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END)
-_NVTX_WHERE: Final = "eventType IN (34, 59, 60)"
-
-#: short memcpy direction names (CUPTI copyKind), for compact labels
-MEMCPY_KIND_SHORT: Final[dict[int, str]] = {
-    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
-}
-
 #: labels of the stable enums, used when the export has no ENUM_<name> table (before 2024.5);
 #: they are the labels nsys itself writes in ENUM_* tables, so every export labels alike
 ENUM_FALLBACKS: Final[dict[str, dict[int, str]]] = {
@@ -70,10 +57,7 @@ ENUM_FALLBACKS: Final[dict[str, dict[int, str]]] = {
         11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
         13: "Unified Device-to-Device",
     },
-    "CUPTI_SYNC_TYPE": {
-        0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync",
-        4: "Context sync",
-    },
+    "CUPTI_SYNC_TYPE": SYNC_TYPE_LABELS,
     "NSYS_EVENT_TYPE": {
         33: "NvtxCategory", 34: "NvtxMark", 39: "NvtxThread", 59: "NvtxPushPopRange",
         60: "NvtxStartEndRange", 75: "NvtxDomainCreate", 76: "NvtxDomainDestroy",
@@ -81,58 +65,12 @@ ENUM_FALLBACKS: Final[dict[str, dict[int, str]]] = {
 }
 
 
-class KindSource(NamedTuple):
-    """One table feeding a data kind: its time columns and the rows it contributes."""
-
-    table: str
-    start: str = "start"
-    end: str | None = "end"
-    where: str = ""
-
-
-#: the tables behind each data kind (MPI tables are discovered: any ``MPI_*_EVENTS`` table
-#: with start, end and globalTid)
-KIND_TABLES: Final[dict[str, tuple[KindSource, ...]]] = {
-    "kernel": (KindSource("CUPTI_ACTIVITY_KIND_KERNEL"),),
-    "memcpy": (KindSource("CUPTI_ACTIVITY_KIND_MEMCPY"),),
-    "memset": (KindSource("CUPTI_ACTIVITY_KIND_MEMSET"),),
-    "sync": (KindSource("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),),
-    "runtime": (KindSource("CUPTI_ACTIVITY_KIND_RUNTIME"),),
-    "nvtx": (KindSource("NVTX_EVENTS", where=_NVTX_WHERE),),
-    "osrt": (KindSource("OSRT_API"),),
-    "mpi": (),
-    "graph": (KindSource("CUDA_GRAPH_EVENTS"), KindSource("CUDA_GRAPH_NODE_EVENTS")),
-    "openacc": (
-        KindSource("CUPTI_ACTIVITY_KIND_OPENACC_DATA"),
-        KindSource("CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH"),
-        KindSource("CUPTI_ACTIVITY_KIND_OPENACC_OTHER"),
-    ),
-    "gpu_metrics": (KindSource("GPU_METRICS", start="timestamp", end=None),),
-}
-
 _METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 _NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *_METADATA_TABLES)
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 _IN_BATCH: Final = 500
 #: events may precede the recorded session start by this much and still trust systemClockNs
 _CLOCK_SLACK_NS: Final = 1_000_000_000
-#: planner value columns that are 64-bit string ids (the others are int32 enums)
-_ID_COLUMNS: Final = frozenset({"shortName", "demangledName", "nameId", "textId", "graphId"})
-
-
-def pid_of(gtid: int) -> int:
-    """OS pid encoded in a globalTid/globalPid."""
-    return (gtid >> 24) & 0xFFFFFF
-
-
-def tid_of(gtid: int) -> int:
-    """OS tid encoded in a globalTid."""
-    return gtid & 0xFFFFFF
-
-
-def process_of(gtid: int) -> int:
-    """The globalPid a globalTid belongs to (tid bits cleared, host bits kept)."""
-    return gtid & ~0xFFFFFF
 
 
 class ProcessRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -167,32 +105,6 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     wall_offset_ns: int
     #: how wall_offset_ns was derived: "system_clock", "first_event" or "none"
     clock_anchor: str = "system_clock"
-
-
-class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
-    """Distinct objects and values of an export, from DISTINCT scans per table (no sorts).
-
-    ``values[kind]`` lists the distinct values, sorted; they are string ids (kernel
-    shortName, runtime/osrt nameId, NVTX textId or negative interned inline text, MPI textId,
-    graph name), or enum ids (memcpy copyKind, sync syncType, openacc
-    eventKind, GPU metricId). Extra key: ``nvtx_domain`` (domainId).
-    """
-
-    #: (globalPid, deviceId, streamId) of every GPU stream with activity, sorted
-    streams: list[tuple[int, int, int]]
-    #: globalTid of every CPU thread with activity, sorted
-    threads: list[int]
-    #: globalPid -> its active globalTids (sorted)
-    threads_by_process: dict[int, list[int]]
-    #: every globalPid with CPU or GPU activity, sorted
-    processes: list[int]
-    #: rows per kind (only kinds with rows)
-    counts: dict[str, int]
-    values: dict[str, list[int]]
-    #: (gpu, metricId) pairs of GPU_METRICS
-    gpu_metrics: list[tuple[int, int]] = msgspec.field(default_factory=list)
-    #: (globalPid, streamId, deviceId as written, device it belongs to) of sync rows
-    sync_devices: list[tuple[int, int, int, int]] = msgspec.field(default_factory=list)
 
 
 def _header_problem(path: Path) -> str | None:
@@ -293,7 +205,7 @@ class Export:
         #: small tables read once (processes, thread and domain names, ...)
         self.memo: dict[str, Any] = {}
         self._plan: ExportPlan | None = None
-        if not any(self._nonempty(src) for kind in KIND_TABLES for src in self.sources(kind)):
+        if not any(self._nonempty(src) for kind in TABLE_KINDS for src in self.sources(kind)):
             raise UnsupportedSchema(f"{path}: the export holds no CUDA, GPU, NVTX, OS runtime, "
                                     f"MPI or OpenACC rows; profile with --trace=cuda,nvtx,... "
                                     f"to get something to convert")
@@ -342,11 +254,7 @@ class Export:
 
     def sources(self, kind: str) -> list[KindSource]:
         """The tables present in this export that feed ``kind`` (possibly empty ones)."""
-        if kind == "mpi":
-            return [KindSource(t) for t in sorted(self.tables)
-                    if t.startswith("MPI_") and t.endswith("_EVENTS")
-                    and all(self.has(t, c) for c in ("start", "end", "globalTid"))]
-        return [s for s in KIND_TABLES[kind] if self.has(s.table, s.start)]
+        return registry.get(kind).sources(self)
 
     def _nonempty(self, src: KindSource) -> bool:
         where = f" WHERE {src.where}" if src.where else ""
@@ -354,8 +262,8 @@ class Export:
         return row is not None
 
     def nonempty_kinds(self) -> list[str]:
-        """Kinds with at least one row, in ``KIND_TABLES`` order."""
-        return [k for k in KIND_TABLES if any(self._nonempty(s) for s in self.sources(k))]
+        """Table kinds with at least one row, in registry order."""
+        return [k for k in TABLE_KINDS if any(self._nonempty(s) for s in self.sources(k))]
 
     def enum_labels(self, name: str) -> dict[int, str]:
         """Labels of ``ENUM_<name>`` (id -> label), or the built-in fallback, or {}."""
@@ -429,7 +337,7 @@ class Export:
     def _time_range(self) -> tuple[int, int]:
         lo: int | None = None
         hi: int | None = None
-        for kind in KIND_TABLES:
+        for kind in TABLE_KINDS:
             for src in self.sources(kind):
                 end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
                        if src.end and self.has(src.table, src.end) else _q(src.start))
@@ -484,10 +392,17 @@ class Export:
                 tid_null = "textId IS NULL AND " if self.has("NVTX_EVENTS", "textId") else ""
                 found = [str(t) for (t,) in self._con.execute(
                     f"SELECT DISTINCT text FROM NVTX_EVENTS WHERE {tid_null}text IS NOT NULL"
-                    f" AND {_NVTX_WHERE}")]
+                    f" AND {NVTX_WHERE}")]
             self._intern_sorted(found)
         assert self._inline_ids is not None
         return self._inline_ids
+
+    def number_inline_texts(self, texts: Iterable[str]) -> dict[str, int]:
+        """Number inline NVTX texts from a scan that found them all (the plan's), unless they
+        are numbered already; the numbering is the same either way (text order)."""
+        if self._inline_ids is None:
+            self._intern_sorted(list(texts))
+        return self.inline_ids()
 
     def _intern_sorted(self, found: list[str]) -> None:
         self._inline_ids = {}
@@ -594,7 +509,7 @@ class Export:
     def plan(self) -> ExportPlan:
         """Streams, threads, counts and first appearances, one aggregate scan per table."""
         if self._plan is None:
-            self._plan = _Planner(self).run()
+            self._plan = plan_export(self)
         return self._plan
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
@@ -602,167 +517,6 @@ class Export:
         return iter(self._con.execute(sql, tuple(params)))
 
 
-def wrap_i4(expr: str) -> str:
-    """SQL wrapping an integer into int32 two's complement (CUPTI's UINT32_MAX becomes -1)."""
-    return f"((({expr}) + 2147483648) & 4294967295) - 2147483648"
-
-
-def pack_i4_pair(lo: str, hi: str) -> str:
-    """SQL packing two int32 values into one int64, low half first: read back over two
-    adjacent int32 fields of a little-endian structured array (``rowfill``)."""
-    return f"(({lo}) & 4294967295) | (({hi}) << 32)"
-
-
-def quote_identifier(name: str) -> str:
-    """Quote an SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 _q = quote_identifier
 
 
-class _Planner:
-    """Builds an ExportPlan from COUNT and DISTINCT scans: SQLite keeps a small b-tree of the
-    distinct values and never sorts a table (a GROUP BY would sort every row)."""
-
-    def __init__(self, export: Export) -> None:
-        self.x = export
-        self.streams: set[tuple[int, int, int]] = set()
-        #: (globalPid, deviceId, streamId) of synchronization rows, placed after the others
-        self.sync_keys: set[tuple[int, int, int]] = set()
-        self.threads: set[int] = set()
-        self.counts: dict[str, int] = {}
-        self.values: dict[str, set[int]] = {}
-        self.metrics: set[tuple[int, int]] = set()
-
-    def _col(self, table: str, col: str, default: str = "-1") -> str:
-        return f"COALESCE({_q(col)}, {default})" if self.x.has(table, col) else default
-
-    def _see(self, kind: str, value: int) -> None:
-        self.values.setdefault(kind, set()).add(value)
-
-    def _count(self, kind: str, n: int) -> None:
-        if n:
-            self.counts[kind] = self.counts.get(kind, 0) + n
-
-    def _distinct(self, key: str, table: str, column: str, where: str = "") -> None:
-        """Every value of ``column`` (one DISTINCT per column: much cheaper in SQLite than one
-        over every key column together)."""
-        for (v,) in self.x.rows(f"SELECT DISTINCT {column} FROM {_q(table)}{where}"):
-            self._see(key, int(v))  # type: ignore[call-overload]
-
-    def _gpu(self, kind: str, table: str, values: list[tuple[str, str]]) -> None:
-        """GPU activity table: stream keys plus named values (kind key, column)."""
-        keys = [self._col(table, "globalPid"), wrap_i4(self._col(table, "deviceId")),
-                wrap_i4(self._col(table, "streamId"))]
-        for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
-            key = (int(g), int(d), int(s))  # type: ignore[call-overload]
-            (self.sync_keys if kind == "sync" else self.streams).add(key)
-        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(table)}"):
-            self._count(kind, int(count))  # type: ignore[call-overload]
-        for key_name, c in values:
-            column = self._col(table, c) if c in _ID_COLUMNS else wrap_i4(self._col(table, c))
-            self._distinct(key_name, table, column)
-
-    def _cpu(self, kind: str, src: KindSource, value: str | None, key: str | None = None,
-             extra: str | None = None, extra_key: str | None = None) -> None:
-        t = src.table
-        where = f" WHERE {src.where}" if src.where else ""
-        for (g,) in self.x.rows(f"SELECT DISTINCT {self._col(t, 'globalTid')} FROM {_q(t)}"
-                                f"{where}"):
-            self.threads.add(int(g))  # type: ignore[call-overload]
-        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(t)}{where}"):
-            self._count(kind, int(count))  # type: ignore[call-overload]
-        self._distinct(key or kind, t, value or "-1", where)
-        if extra_key is not None:
-            self._distinct(extra_key, t, extra or "0", where)
-
-    def run(self) -> ExportPlan:
-        x = self.x
-        for src in x.sources("kernel"):
-            self._gpu("kernel", src.table, [("kernel", "shortName")])
-        for src in x.sources("memcpy"):
-            self._gpu("memcpy", src.table, [("memcpy", "copyKind")])
-        for src in x.sources("memset"):
-            self._gpu("memset", src.table, [])
-        for src in x.sources("sync"):
-            self._gpu("sync", src.table, [("sync", "syncType")])
-        for src in x.sources("runtime"):
-            self._cpu("runtime", src, self._col(src.table, "nameId"))
-        for src in x.sources("osrt"):
-            self._cpu("osrt", src, self._col(src.table, "nameId"))
-        for src in x.sources("mpi"):
-            self._cpu("mpi", src, self._col(src.table, "textId"))
-        for src in x.sources("graph"):
-            col = "nameId" if x.has(src.table, "nameId") else "graphId"
-            self._cpu("graph", src, self._col(src.table, col))
-        for src in x.sources("openacc"):
-            self._cpu("openacc", src, wrap_i4(self._col(src.table, "eventKind")))
-        for src in x.sources("nvtx"):
-            self._nvtx(src)
-        for src in x.sources("gpu_metrics"):
-            t = src.table
-            sql = (f"SELECT DISTINCT {self._col(t, 'typeId')} & 255, "
-                   f"{wrap_i4(self._col(t, 'metricId'))} FROM {_q(t)}")
-            for gpu, metric in x.rows(sql):
-                self.metrics.add((int(gpu), int(metric)))  # type: ignore[call-overload]
-                self._see("gpu_metrics", int(metric))  # type: ignore[call-overload]
-            for (count,) in x.rows(f"SELECT COUNT(*) FROM {_q(t)}"):
-                self._count("gpu_metrics", int(count))  # type: ignore[call-overload]
-        sync_devices = self._place_syncs()
-        by_proc: dict[int, list[int]] = {}
-        for g in sorted(self.threads):
-            by_proc.setdefault(process_of(g), []).append(g)
-        procs = sorted(set(by_proc) | {s[0] for s in self.streams})
-        values = {k: sorted(d) for k, d in self.values.items()}
-        return ExportPlan(streams=sorted(self.streams), threads=sorted(self.threads),
-                          threads_by_process=by_proc, processes=procs, counts=self.counts,
-                          values=values, gpu_metrics=sorted(self.metrics),
-                          sync_devices=sync_devices)
-
-    def _place_syncs(self) -> list[tuple[int, int, int, int]]:
-        """Synchronization rows carry deviceId 0 in real exports whatever the GPU: take the
-        device from the process's other activity on the same stream, or its only device."""
-        devices_of: dict[tuple[int, int], set[int]] = {}
-        per_process: dict[int, set[int]] = {}
-        for g, d, s in self.streams:
-            devices_of.setdefault((g, s), set()).add(d)
-            per_process.setdefault(g, set()).add(d)
-        placed: list[tuple[int, int, int, int]] = []
-        for g, d, s in sorted(self.sync_keys):
-            on_stream = devices_of.get((g, s), set())
-            in_process = per_process.get(g, set())
-            if len(on_stream) == 1:
-                device = next(iter(on_stream))
-            elif s < 0 and len(in_process) == 1:
-                device = next(iter(in_process))
-            else:
-                device = d
-            placed.append((g, s, d, device))
-            self.streams.add((g, device, s))
-        return placed
-
-    def _nvtx(self, src: KindSource) -> None:
-        """NVTX: threads, text ids, inline texts (interned) and domains in one DISTINCT scan."""
-        x, t = self.x, src.table
-        has_text = x.has(t, "text")
-        tid = self._col(t, "textId")
-        inline = "CASE WHEN textId IS NULL THEN text END" if has_text and x.has(t, "textId") \
-            else "text" if has_text else "NULL"
-        sql = (f"SELECT DISTINCT {self._col(t, 'globalTid')}, {tid}, {inline}, "
-               f"{self._col(t, 'domainId', '0')} FROM {_q(t)} WHERE {src.where}")
-        texts: set[str] = set()
-        rows: list[tuple[int, str | None]] = []
-        for g, v, txt, dom in x.rows(sql):
-            self.threads.add(int(g))  # type: ignore[call-overload]
-            self._see("nvtx_domain", int(dom))  # type: ignore[call-overload]
-            if txt is not None:
-                texts.add(str(txt))
-            rows.append((int(v), None if txt is None else str(txt)))  # type: ignore[call-overload]
-        for (count,) in x.rows(f"SELECT COUNT(*) FROM {_q(t)} WHERE {src.where}"):
-            self._count("nvtx", int(count))  # type: ignore[call-overload]
-        if x._inline_ids is None:
-            x._intern_sorted(list(texts))
-        ids = x.inline_ids()
-        for v, txt in rows:
-            self._see("nvtx", ids[txt] if txt is not None else v)

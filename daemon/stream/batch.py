@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.nsys.export import ENUM_FALLBACKS, MEMCPY_KIND_SHORT
+from prvstream.daemon.kinds import registry
 from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
@@ -30,7 +30,6 @@ from prvstream.daemon.stream.pipeline import (
     report_stream,
     value_labels_of,
 )
-from prvstream.daemon.stream.records import memop_labels, mpi_type, nvtx_type
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -126,45 +125,7 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
 
 def event_types(numbering: Numbering) -> list[pv.EventTypeSpec]:
     """The .pcf blocks of a trace, derived from its numbering only."""
-    vals = numbering.values
-
-    def labels(group: str) -> dict[int, str]:
-        return {i + 1: lab for i, lab in enumerate(vals.get(group, []))}
-
-    sync_labels = {k + 1: v for k, v in ENUM_FALLBACKS["CUPTI_SYNC_TYPE"].items()}
-    specs = [
-        pv.EventTypeSpec([(pv.EV_API, "CUDA API call")], labels("api")),
-        pv.EventTypeSpec([(pv.EV_KERNEL, "CUDA kernel"), (pv.EV_NCCL, "NCCL kernel")],
-                         labels("kernel")),
-        pv.EventTypeSpec([(pv.EV_MEMOP, "CUDA memcpy/memset")],
-                         memop_labels(MEMCPY_KIND_SHORT)),
-        pv.EventTypeSpec([(pv.EV_MEMOP_BYTES, "CUDA memory transfer size (B)")]),
-        pv.EventTypeSpec([(pv.EV_SYNC, "CUDA synchronization")], sync_labels),
-        pv.EventTypeSpec([(pv.EV_CORRELATION, "CUDA correlation id")]),
-        pv.EventTypeSpec([(t, label) for t, label, _ in pv.EV_KERNEL_ATTRS]),
-    ]
-    if "nvtx" in vals:
-        domains = ["default domain", *vals.get("nvtx_domain", [])]
-        nvtx_types = [(nvtx_type(k), f"NVTX push/pop {d}") for k, d in enumerate(domains)]
-        nvtx_types += [(pv.EV_NVTX_STARTEND, "NVTX start/end range"),
-                       (pv.EV_NVTX_MARK, "NVTX mark")]
-        specs.append(pv.EventTypeSpec(nvtx_types, labels("nvtx")))
-    if "osrt" in vals:
-        specs.append(pv.EventTypeSpec([(pv.EV_OSRT, "OS runtime call")], labels("osrt")))
-    if "mpi" in vals:
-        types = sorted({mpi_type(lab) for lab in vals["mpi"]})
-        names = {pv.EV_MPI_BASE + 1: "MPI point-to-point", pv.EV_MPI_BASE + 2:
-                 "MPI collective", pv.EV_MPI_BASE + 3: "MPI other"}
-        specs.append(pv.EventTypeSpec([(t, names[t]) for t in types], labels("mpi")))
-    if "graph" in vals:
-        specs.append(pv.EventTypeSpec([(pv.EV_GRAPH, "CUDA graph")], labels("graph")))
-    for label in vals.get("gpu_metric", []):
-        metric, _, name = label.partition(":")
-        specs.append(pv.EventTypeSpec([(pv.EV_GPU_METRIC_BASE + int(metric),
-                                        f"GPU metric: {name}")]))
-    if "openacc" in vals:
-        specs.append(pv.EventTypeSpec([(pv.EV_OPENACC, "OpenACC")], labels("openacc")))
-    return specs
+    return registry.event_types(numbering.values)
 
 
 def _check_output(path: Path) -> None:
@@ -261,7 +222,7 @@ def write_trace(
                 if thread_last is not None:
                     track_thread_last(batch.keys, thread_last)
                 if progress is not None:
-                    progress(sum(n for k, n in result.rows.items() if k != "comm"),
+                    progress(sum(n for k, n in result.rows.items() if not registry.get(k).derived),
                              planned_rows)
             fh.flush()
             fh.seek(0)

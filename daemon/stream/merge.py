@@ -17,13 +17,22 @@ import os
 import pickle
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.paraver.fastfmt import WIDTH, format_records
+from prvstream.sinks.paraver.records import (
+    KEY_OBJECT,
+    KEY_ORDER,
+    KEY_TIME,
+    PRIO_BEGIN,
+    PRIO_END,
+    PRIO_END_AFTER_BEGIN,
+    RecordBatch,
+    key_objects,
+    make_keys,
+)
 
 __all__ = [
     "KEY_OBJECT",
@@ -42,90 +51,6 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
-
-#: Sort keys are (n, 3) int64 rows: time, object, order. Order: time, then ``prio`` (ends
-#: before begins at one instant, and the end of a zero-length interval after its own begin),
-#: then the object (task, thread), then ``rank`` (record type and data kind), then the report's
-#: canonical index, then ``seq`` (the record's position in its report's stream). Every field is
-#: derived from the data alone, so the order never depends on arrival order. The object column
-#: packs prio (5 bits), task (21), thread (21) and rank (16); the order column packs the report
-#: (23 bits) and seq (40).
-KEY_TIME, KEY_OBJECT, KEY_ORDER = 0, 1, 2
-
-PRIO_END = 0
-PRIO_BEGIN = 1
-PRIO_END_AFTER_BEGIN = 2
-
-_TASK_SHIFT, _THREAD_SHIFT, _PRIO_SHIFT, _REPORT_SHIFT = 37, 16, 58, 40
-_ID_MASK = (1 << 21) - 1
-
-
-def make_keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray | int,
-              thread: np.ndarray | int, rank: int, report: int,
-              seq: np.ndarray) -> np.ndarray:
-    """Sort keys of records from their parts (arrays or scalars, broadcast to ``time``)."""
-    keys = np.empty((len(time), 3), dtype=np.int64)
-    keys[:, KEY_TIME] = time
-    keys[:, KEY_OBJECT] = ((np.asarray(prio, np.int64) << _PRIO_SHIFT)
-                           | (np.asarray(task, np.int64) << _TASK_SHIFT)
-                           | (np.asarray(thread, np.int64) << _THREAD_SHIFT) | int(rank))
-    keys[:, KEY_ORDER] = (int(report) << _REPORT_SHIFT) | np.asarray(seq, np.int64)
-    return keys
-
-
-def key_objects(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (task, thread) arrays of ``keys``."""
-    obj = keys[:, KEY_OBJECT]
-    return (obj >> _TASK_SHIFT) & _ID_MASK, (obj >> _THREAD_SHIFT) & _ID_MASK
-
-
-_EMPTY_KEYS = np.empty((0, 3), dtype=np.int64)
-_EMPTY_FIELDS = np.empty((0, WIDTH), dtype=np.int64)
-_EMPTY_TMPL = np.empty(0, dtype=np.int16)
-
-
-@dataclass(slots=True)
-class RecordBatch:
-    """Records as parallel arrays: sort keys, integer fields and the line template of each.
-
-    ``fields`` is (n, w) with w the most fields any record of the batch has (unused trailing
-    fields are zero). A record's text is its template with the fields filled in
-    (``fastfmt``); it is made only when the record is written.
-    """
-
-    keys: np.ndarray = field(default_factory=lambda: _EMPTY_KEYS)
-    fields: np.ndarray = field(default_factory=lambda: _EMPTY_FIELDS)
-    tmpl: np.ndarray = field(default_factory=lambda: _EMPTY_TMPL)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @staticmethod
-    def concat(batches: Iterable[RecordBatch]) -> RecordBatch:
-        parts = [b for b in batches if len(b)]
-        if not parts:
-            return RecordBatch()
-        if len(parts) == 1:
-            return parts[0]
-        width = max(b.fields.shape[1] for b in parts)
-        fields = np.zeros((sum(len(b) for b in parts), width), dtype=np.int64)
-        row = 0
-        for b in parts:
-            fields[row : row + len(b), : b.fields.shape[1]] = b.fields
-            row += len(b)
-        return RecordBatch(
-            np.concatenate([b.keys for b in parts]),
-            fields,
-            np.concatenate([b.tmpl for b in parts]),
-        )
-
-    def take(self, index: np.ndarray) -> RecordBatch:
-        return RecordBatch(self.keys[index], self.fields[index], self.tmpl[index])
-
-    def text(self) -> bytes:
-        """The records' lines, in batch order."""
-        return format_records(self.fields, self.tmpl)
-
 
 #: a stream of batches, each with the watermark that follows it
 Stream = Iterator[tuple[RecordBatch, int]]

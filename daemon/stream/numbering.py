@@ -13,24 +13,13 @@ from collections.abc import Iterable
 
 import msgspec
 
+from prvstream.daemon.kinds.context import ThreadKey, cpu_key, gpu_key
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.format import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
 
 __all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
 
 log = get_logger(__name__)
-
-#: (0, tid, 0) for a CPU thread, (1, device, stream) for a GPU stream
-ThreadKey = tuple[int, int, int]
-
-
-def cpu_key(tid: int) -> ThreadKey:
-    return (0, tid, 0)
-
-
-def gpu_key(device: int, stream: int) -> ThreadKey:
-    return (1, device, stream)
-
 
 class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
     """One task: its identity, display name and threads (keys and names in id order)."""

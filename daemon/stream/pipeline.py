@@ -17,27 +17,23 @@ from pathlib import Path
 
 import numpy as np
 
-from prvstream.daemon.nsys import reader, tables
-from prvstream.daemon.nsys.export import (
-    Export,
-    ExportPlan,
-    open_export,
-    pack_i4_pair,
-    quote_identifier,
-    wrap_i4,
-)
-from prvstream.daemon.nsys.reader import ReaderLease
-from prvstream.daemon.nsys.rowfill import rows_to_array
-from prvstream.daemon.stream.merge import PRIO_BEGIN, Stream, merge
-from prvstream.daemon.stream.numbering import Numbering, ThreadKey, cpu_key, gpu_key
-from prvstream.daemon.stream.records import (
-    _KIND_RANK,
-    CONVERTERS,
+from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds.context import (
     ReportContext,
+    ThreadKey,
+    cpu_key,
+    gpu_key,
     metrics_key,
     metrics_name,
+    pid_of,
     stream_name,
+    tid_of,
 )
+from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys.export import Export, ExportPlan, open_export, quote_identifier
+from prvstream.daemon.nsys.reader import ReaderLease
+from prvstream.daemon.stream.merge import Stream, merge
+from prvstream.daemon.stream.numbering import Numbering
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
     PHASE_DTYPE,
@@ -49,10 +45,8 @@ from prvstream.sinks.base import (
 from prvstream.sinks.base import Sink as SinkProtocol
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.paraver import format as pv
 
 __all__ = [
-    "CONVERTIBLE_KINDS",
     "ActivityRouter",
     "PreparedReport",
     "objects_of",
@@ -66,13 +60,6 @@ log = get_logger(__name__)
 
 _q = quote_identifier
 
-#: kinds with a record converter, plus "comm" (launch -> kernel and API -> memcpy arrows)
-CONVERTIBLE_KINDS: tuple[str, ...] = (*CONVERTERS, "comm")
-_GPU_KINDS = ("kernel", "memcpy", "memset")
-#: plan values kind -> value group
-_VALUE_GROUPS = {"kernel": "kernel", "runtime": "api", "osrt": "osrt", "nvtx": "nvtx",
-                 "mpi": "mpi", "graph": "graph", "openacc": "openacc",
-                 "nvtx_domain": "nvtx_domain", "gpu_metrics": "gpu_metric"}
 
 
 @dataclass
@@ -150,12 +137,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
     reading = None
     try:
         present = tables.available_kinds(export)
-        kinds = [k for k in present if k in CONVERTERS and (not wanted or k in wanted)]
-        if ("kernel" in present or "memcpy" in present) and "runtime" in present and (
-            not wanted or "comm" in wanted
-        ):
-            kinds.append("comm")
-        if not any(k in present for k in (*_GPU_KINDS, "runtime", "sync")):
+        kinds = registry.to_convert(present, wanted)
+        if not registry.has_cuda(present):
             raise UnsupportedSchema(
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
@@ -210,11 +193,11 @@ def _read_objects(rep: PreparedReport) -> ReportObjects:
         streams_by_pid.setdefault(g, []).append((d, s))
     owners = metric_owners(rep.plan)
     for gpid in rep.plan.processes:
-        pid = (gpid >> 24) & 0xFFFFFF
+        pid = pid_of(gpid)
         row = procs.get(gpid)
         threads: dict[ThreadKey, str] = {}
         for gtid in rep.plan.threads_by_process.get(gpid, []):
-            tid = gtid & 0xFFFFFF
+            tid = tid_of(gtid)
             threads[cpu_key(tid)] = f"{names.get(gtid, 'thread')} {tid}"
         for d, s in streams_by_pid.get(gpid, []):
             threads[gpu_key(d, s)] = stream_name(d, s)
@@ -243,20 +226,18 @@ def value_labels_of(rep: PreparedReport) -> dict[str, set[str]]:
 
 
 def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
-    from prvstream.daemon.stream.records import value_label
-
     out: dict[str, set[str]] = {}
-    for kind, values in rep.plan.values.items():
-        group = _VALUE_GROUPS.get(kind)
-        if group is None or (kind != "nvtx_domain" and kind not in rep.kinds):
+    groups = registry.plan_value_groups(rep.kinds)
+    for key, values in rep.plan.values.items():
+        group = groups.get(key)
+        if group is None:
             continue
-        if group not in ("graph", "openacc", "nvtx_domain", "gpu_metric"):
+        if group.string_ids:
             rep.export.strings(v for v in values if v >= 0)
-        labels = out.setdefault(group, set())
+        labels = out.setdefault(group.name, set())
         for value in values:
-            if group == "nvtx_domain" and value == 0:
-                continue
-            labels.add(value_label(rep.export, group, value))
+            if value not in group.skip:
+                labels.add(group.label(rep.export, value))
     return out
 
 
@@ -269,12 +250,12 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     process_index: dict[int, int] = {}
     processes: list[ProcessInfo] = []
     ctx = ReportContext(
-        export=rep.export, numbering=numbering, host=rep.host, offset=offset,
+        names=rep.export, ids=numbering, host=rep.host, offset=offset,
         report_index=report_index, end_rel=meta.last_ns + offset, process_index=process_index,
         device_index={}, phase_pattern=re.compile(phase_pattern),
         thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
         sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
-        metric_owner=metric_owners(rep.plan),
+        metric_owner=metric_owners(rep.plan), value_label=registry.value_label,
     )
     for gpid, (host, pid, name, rank, threads) in zip(rep.plan.processes, objects, strict=True):
         task = numbering.task(host, pid, name, rank)
@@ -337,37 +318,6 @@ class ActivityRouter:
         feed_interleaved(self.sink, activity, phases)
 
 
-#: one row per arrow; device and stream travel packed in one int64 and the size with the
-#: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy), so that a kernel's
-#: last value is the small int 0 (fewer Python objects per fetched row)
-_COMM_SQL = """
-SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}
-FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
-JOIN {table} AS g
-  ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
-"""
-_COMM_DTYPE = np.dtype([("start", "<i8"), ("gtid", "<i8"), ("recv", "<i8"), ("gpid", "<i8"),
-                        ("device", "<i4"), ("stream", "<i4"), ("size_kind", "<i8")])
-_COMM_LAYOUT = tables.fetch_layout(_COMM_DTYPE)
-
-
-def comm_sql(export: Export) -> str | None:
-    """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
-    parts = []
-    device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
-                                 wrap_i4("COALESCE(g.streamId, -1)"))
-    if export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
-        parts.append(_COMM_SQL.format(device_stream=device_stream, size_kind="0",
-                                      table="CUPTI_ACTIVITY_KIND_KERNEL"))
-    if export.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
-        parts.append(_COMM_SQL.format(device_stream=device_stream,
-                                      size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
-                                      table="CUPTI_ACTIVITY_KIND_MEMCPY"))
-    if not parts or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
-        return None
-    return " UNION ALL ".join(parts) + " ORDER BY 1"
-
-
 #: share of the estimated reading cost the reader process takes: the converter's own work
 #: (records, merge, text, summary) costs about half as much as reading, so with this split
 #: both processes stay busy (measured on 1M-row synthetic exports, CUDA only and all kinds)
@@ -376,12 +326,22 @@ _READER_SHARE = 0.75
 _READER_MIN_ROWS = 50_000
 
 
+#: kinds whose rows the reader weighs even when not converted: derived kinds' inputs
+_COST_INPUTS = frozenset(k for s in registry.KINDS.values() for k in s.cost_inputs)
+
+
+def _weighed(kinds: list[str]) -> set[str]:
+    """Table kinds the reader may read (inline-text kinds stay in-process) whose rows count."""
+    return {k for k in {*kinds, *_COST_INPUTS}
+            if not registry.get(k).derived and not registry.get(k).inline_text}
+
+
 def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:
     """Rows per kind that ``_reader_kinds`` weighs, before a plan exists (``COUNT(*)`` is cheap:
     SQLite counts a table's b-tree pages without decoding rows)."""
     return {kind: sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
                       for (n,) in export.rows(f"SELECT COUNT(*) FROM {_q(src.table)}"))
-            for kind in {*kinds, "runtime", "kernel", "memcpy"} - {"nvtx", "comm"}}
+            for kind in _weighed(kinds)}
 
 
 def _reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
@@ -389,17 +349,15 @@ def _reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
     order their queries start in); the rest are read in-process. ``rows``: rows per kind
     (``_table_rows``, or a plan's counts).
 
-    Cost estimate: rows x (values fetched per row + 2) per table, and for the comm join its
-    rows x 8 plus a probe per API row. Largest first, each one that keeps the reader within
-    its share (the largest always).
+    Cost estimate (``KindSpec.cost``): rows x (values fetched per row + 2) per table; a
+    derived kind's from its inputs' rows. Largest first, each one that keeps the reader
+    within its share (the largest always).
     """
-    weighed = {*kinds, "runtime", "kernel", "memcpy"} - {"nvtx", "comm"}
+    weighed = _weighed(kinds)
     if sum(rows.get(k, 0) for k in weighed) < _READER_MIN_ROWS:
         return []
-    costs = {k: rows.get(k, 0) * (len(tables.GROUPS[k]) + 2) for k in kinds if k in weighed}
-    if "comm" in kinds:
-        costs["comm"] = ((rows.get("kernel", 0) + rows.get("memcpy", 0)) * 8
-                         + rows.get("runtime", 0) * 3)
+    costs = {k: registry.get(k).cost(rows) for k in kinds
+             if k in weighed or registry.get(k).derived}
     total = sum(costs.values())
     chosen: list[str] = []
     taken = 0
@@ -412,47 +370,20 @@ def _reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
 
 def _source(export: Export, kind: str, chunk_rows: int,
             lease: ReaderLease | None) -> Iterator[np.ndarray]:
-    """The kind's chunks (``tables.stream``, or the comm join), read by the reader process when
-    there is one (NVTX, with its text column, always in-process)."""
-    if kind == "comm":
-        sql = comm_sql(export)
-        if sql is None:
-            return iter(())
-        if lease is not None:
-            return lease.stream(sql, _COMM_DTYPE, _COMM_LAYOUT, chunk_rows, "comm")
-        return tables.chunks(export, sql, "comm", chunk_rows,
-                             lambda rows: rows_to_array(rows, _COMM_DTYPE, _COMM_LAYOUT))
-    if lease is None or kind == "nvtx":
+    """The kind's chunks (``tables.stream``), read by the reader process when there is one
+    (inline-text kinds, NVTX, always in-process)."""
+    spec = registry.get(kind)
+    if lease is None or spec.inline_text:
         return tables.stream(export, kind, chunk_rows)
-    sql = tables.select_sql(export, kind)
+    sql = spec.select_sql(export)
     if sql is None:
         return iter(())
-    return lease.stream(sql, tables.DTYPES[kind], tables.LAYOUTS[kind], chunk_rows, kind)
-
-
-def _comm_stream(ctx: ReportContext, chunks: Iterator[np.ndarray],
-                 counts: Counter[str]) -> Stream:
-    from prvstream.daemon.stream.records import _keys, _lines
-
-    for chunk in chunks:
-        send = chunk["start"] + ctx.offset
-        recv = chunk["recv"] + ctx.offset
-        s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
-        r_task, r_thread = ctx.gpu_objects(chunk)
-        lines = _lines("3:0:1:%d:%d:%d:%d:0:1:%d:%d:%d:%d:%d:%d", s_task, s_thread, send,
-                       send, r_task, r_thread, recv, recv, chunk["size_kind"] >> 1,
-                       np.where(chunk["size_kind"] & 1, pv.TAG_API_MEMCPY,
-                                pv.TAG_LAUNCH_KERNEL))
-        seq = ctx.next_seq("comm", len(chunk))
-        keys = _keys(send, PRIO_BEGIN, s_task, s_thread, _KIND_RANK["comm"] * 4 + 2,
-                     ctx.report_index, seq)
-        counts["comm"] += len(chunk)
-        yield lines.batch(keys), int(send[-1])
+    return lease.stream(sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind)
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
                  router: ActivityRouter, counts: Counter[str]) -> Stream:
-    convert = CONVERTERS[kind]
+    convert = registry.get(kind).convert
     for chunk in chunks:
         if not len(chunk):
             continue
@@ -475,16 +406,13 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     else:
         to_reader = _reader_kinds(rep.kinds, rep.plan.counts) if reader.enabled() else []
         lease = reader.lease(rep.export.path) if to_reader else None
-        sources = {k: _source(ctx.export, k, chunk_rows, lease)
+        sources = {k: _source(rep.export, k, chunk_rows, lease)
                    for k in to_reader} if lease is not None else {}
     try:
         streams: list[Stream] = []
         for kind in rep.kinds:  # every query starts now: the reader sorts while we convert
-            chunks = sources.get(kind) or _source(ctx.export, kind, chunk_rows, None)
-            if kind == "comm":
-                streams.append(_comm_stream(ctx, chunks, counts))
-            else:
-                streams.append(_kind_stream(ctx, kind, chunks, router, counts))
+            chunks = sources.get(kind) or _source(rep.export, kind, chunk_rows, None)
+            streams.append(_kind_stream(ctx, kind, chunks, router, counts))
         for batch, watermark in merge(streams):
             router.release(watermark)
             yield batch, watermark

@@ -1,0 +1,246 @@
+"""What a data kind declares: its tables and columns, dtype, SQL, plan scan, converter, value
+groups, .pcf blocks and role in the efficiency model (``KindSpec``), and the protocols a kind
+sees of an export and of the planner. Kinds import nothing from the rest of the daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+
+import numpy as np
+
+from prvstream.daemon.kinds.sql import fetch_groups, pack_i4_pair, quote_identifier, wrap_i4
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import RecordBatch
+
+if TYPE_CHECKING:
+    from prvstream.daemon.kinds.context import ReportContext
+
+__all__ = [
+    "I4",
+    "I8",
+    "ChunkResult",
+    "Columns",
+    "Efficiency",
+    "KindSource",
+    "KindSpec",
+    "Names",
+    "PcfBlocks",
+    "PlanScan",
+    "Schema",
+    "ValueGroup",
+    "string_label",
+]
+
+log = get_logger(__name__)
+
+I8, I4 = "<i8", "<i4"
+
+
+class KindSource(NamedTuple):
+    """One table feeding a data kind: its time columns and the rows it contributes."""
+
+    table: str
+    start: str = "start"
+    end: str | None = "end"
+    where: str = ""
+
+
+class Schema(Protocol):
+    """The tables and columns of an export (``nsys.export.Export``)."""
+
+    @property
+    def tables(self) -> dict[str, list[str]]: ...
+
+    def has(self, table: str, column: str | None = None) -> bool: ...
+
+
+class Names(Protocol):
+    """The names an export resolves value ids to (``nsys.export.Export``)."""
+
+    def string(self, sid: int) -> str: ...
+
+    def strings(self, ids: Iterable[int]) -> dict[int, str]: ...
+
+    def nvtx_domains(self) -> dict[int, str]: ...
+
+    def gpu_metric_names(self) -> dict[int, str]: ...
+
+
+class PlanScan(Protocol):
+    """The planner's primitives a kind's ``plan`` uses (``nsys.plan``)."""
+
+    @property
+    def schema(self) -> Schema: ...
+
+    def col(self, table: str, col: str, default: str = "-1") -> str: ...
+
+    def rows(self, sql: str) -> Iterator[tuple[object, ...]]: ...
+
+    def gpu(self, kind: str, table: str, values: list[tuple[str, str]], *,
+            placed_later: bool = False) -> None: ...
+
+    def cpu(self, kind: str, src: KindSource, value: str) -> None: ...
+
+    def thread(self, gtid: int) -> None: ...
+
+    def see(self, key: str, value: int) -> None: ...
+
+    def count(self, kind: str, n: int) -> None: ...
+
+    def metric(self, gpu: int, metric: int) -> None: ...
+
+    def intern_texts(self, texts: Iterable[str]) -> dict[str, int]: ...
+
+
+def string_label(names: Names, sid: int) -> str:
+    """The label of a StringIds id; ``(unknown)`` for a missing one (-1)."""
+    return "(unknown)" if sid < 0 else pv.sanitize_label(names.string(sid))
+
+
+@dataclass(frozen=True, slots=True)
+class ValueGroup:
+    """Event values numbered by label (one .pcf value table): how an id becomes its label."""
+
+    name: str
+    label: Callable[[Names, int], str] = string_label
+    #: ids are StringIds ids, fetched in bulk before labelling
+    string_ids: bool = True
+    #: labels read from the plan even when the kind is not converted (NVTX domains)
+    always: bool = False
+    #: ids that have no label of their own (the default NVTX domain)
+    skip: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
+class ChunkResult:
+    """What one chunk became."""
+
+    records: RecordBatch
+    #: GPU activity intervals (``sinks.base.ACTIVITY_DTYPE``) for the efficiency model
+    activity: np.ndarray | None = None
+    #: NVTX ranges that may be efficiency phases (``sinks.base.PHASE_DTYPE``)
+    phases: np.ndarray | None = None
+    #: rows of the chunk that produced records (records in = records out checks)
+    rows: int = 0
+
+
+#: a kind's role in the efficiency model: GPU activity intervals, phase candidates, or none
+Efficiency = Literal["activity", "phases", "none"]
+#: a table kind's column: (source column or SQL expression, dtype field)
+Columns = tuple[tuple[str, str], ...]
+#: (position in the .pcf, block): blocks of every kind are written sorted by position
+PcfBlocks = list[tuple[int, pv.EventTypeSpec]]
+
+
+def _no_blocks(values: Mapping[str, list[str]]) -> PcfBlocks:
+    return []
+
+
+@dataclass(frozen=True, eq=False)
+class KindSpec:
+    """One data kind, complete: registering it (``registry``) is all the daemon needs."""
+
+    name: str
+    #: what the kind is, for ``--trace`` help and docs/mapping.md
+    title: str
+    #: record rank (unique): orders records of different kinds at one instant on one object
+    rank: int
+    #: chunk dtype; times are raw session-clock ns
+    dtype: np.dtype
+    convert: Callable[[ReportContext, np.ndarray], ChunkResult]
+    #: (source column or SQL expression, dtype field) in dtype order
+    columns: Columns = ()
+    #: the tables behind the kind (``discover`` finds them instead when set)
+    tables: tuple[KindSource, ...] = ()
+    discover: Callable[[Schema], list[KindSource]] | None = None
+    #: a column's SQL when the generic ``COALESCE(column, default)`` does not fit:
+    #: (schema, table, field, column, default) -> expression or None for the generic one
+    column_sql: Callable[[Schema, str, str, str, str], str | None] | None = None
+    #: defaults for NULL or missing columns other than -1, by field
+    defaults: Mapping[str, str] = field(default_factory=dict)
+    #: trailing select expressions after the dtype's fields (not filled into the array)
+    extra_select: Callable[[Schema, str], list[str]] | None = None
+    #: the whole ordered SELECT for kinds not read from one table each (joins)
+    select: Callable[[Schema], str | None] | None = None
+    #: the plan scan of one source table (None: the kind is not planned)
+    plan: Callable[[PlanScan, KindSource], None] | None = None
+    #: value groups, by the key the plan stores the kind's distinct values under
+    value_groups: Mapping[str, ValueGroup] = field(default_factory=dict)
+    #: the .pcf blocks the kind contributes, from a numbering's labels by value group
+    pcf: Callable[[Mapping[str, list[str]]], PcfBlocks] = _no_blocks
+    efficiency: Efficiency = "none"
+    #: counts as CUDA activity (a report without any such kind is not converted)
+    cuda: bool = False
+    #: the SELECT ends with an inline text column (``extra_select``) that becomes a negative
+    #: interned string id in this field: such kinds are read in-process only
+    inline_text: str = ""
+    #: a derived kind (no table of its own) is converted when this holds for the kinds present
+    available: Callable[[set[str]], bool] | None = None
+    #: kinds whose row counts ``read_cost`` uses
+    cost_inputs: tuple[str, ...] = ()
+    #: estimated reading cost from rows per kind (default: rows x (values per row + 2))
+    read_cost: Callable[[Mapping[str, int]], int] | None = None
+
+    @property
+    def derived(self) -> bool:
+        """No table of its own (its rows come from a join of other kinds' tables)."""
+        return self.available is not None
+
+    @cached_property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """Fields fetched together (adjacent int32 fields as one packed int64)."""
+        return fetch_groups(self.dtype)
+
+    def sources(self, schema: Schema) -> list[KindSource]:
+        """The tables present in the export that feed the kind (possibly empty ones)."""
+        if self.discover is not None:
+            return self.discover(schema)
+        return [s for s in self.tables if schema.has(s.table, s.start)]
+
+    def cost(self, rows: Mapping[str, int]) -> int:
+        if self.read_cost is not None:
+            return self.read_cost(rows)
+        return rows.get(self.name, 0) * (len(self.groups) + 2)
+
+    def select_sql(self, schema: Schema) -> str | None:
+        """The ordered SELECT of the kind's chunks, or None if no table feeds it."""
+        if self.select is not None:
+            return self.select(schema)
+        sources = self.sources(schema)
+        if not sources:
+            return None
+        body = " UNION ALL ".join(self._select_one(schema, s) for s in sources)
+        return f"{body} ORDER BY start"
+
+    def _select_one(self, schema: Schema, src: KindSource) -> str:
+        t = src.table
+        by_field: dict[str, str] = {}
+        for col, fld in self.columns:
+            default = self.defaults.get(fld, "-1")
+            expr = None
+            if fld == "start":
+                expr = quote_identifier(src.start)
+            elif self.column_sql is not None:
+                expr = self.column_sql(schema, t, fld, col, default)
+            if expr is None:
+                expr = (f"COALESCE({quote_identifier(col)}, {default})" if schema.has(t, col)
+                        else default)
+            if self.dtype[fld] == np.dtype(I4) and expr != default:
+                expr = wrap_i4(expr)
+            by_field[fld] = expr
+        exprs: list[str] = []
+        for group in self.groups:
+            if len(group) == 1:
+                exprs.append(f"{by_field[group[0]]} AS {group[0]}")
+            else:
+                packed = pack_i4_pair(by_field[group[0]], by_field[group[1]])
+                exprs.append(f"{packed} AS {'_'.join(group)}")
+        if self.extra_select is not None:
+            exprs.extend(self.extra_select(schema, t))
+        where = f" WHERE {src.where}" if src.where else ""
+        return f"SELECT {', '.join(exprs)} FROM {quote_identifier(t)}{where}"

@@ -1,0 +1,87 @@
+"""Launch -> kernel and API -> memcpy arrows (Paraver communications, tags 55001 and 55002):
+a derived kind, the join of CUDA API calls with the kernels and copies they started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from prvstream.daemon.kinds.base import I4, I8, ChunkResult, KindSpec, Schema
+from prvstream.daemon.kinds.context import ReportContext
+from prvstream.daemon.kinds.intervals import LINE_COMM
+from prvstream.daemon.kinds.sql import pack_i4_pair, wrap_i4
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import PRIO_BEGIN, comm_lines, make_keys
+
+__all__ = ["SPEC", "convert", "select_sql"]
+
+log = get_logger(__name__)
+
+RANK = 11
+
+#: one row per arrow; device and stream travel packed in one int64 and the size with the
+#: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy), so that a kernel's
+#: last value is the small int 0 (fewer Python objects per fetched row)
+_SQL = """
+SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}
+FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
+JOIN {table} AS g
+  ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
+"""
+
+
+def select_sql(schema: Schema) -> str | None:
+    """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
+    parts = []
+    device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
+                                 wrap_i4("COALESCE(g.streamId, -1)"))
+    if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
+        parts.append(_SQL.format(device_stream=device_stream, size_kind="0",
+                                 table="CUPTI_ACTIVITY_KIND_KERNEL"))
+    if schema.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
+        parts.append(_SQL.format(device_stream=device_stream,
+                                 size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
+                                 table="CUPTI_ACTIVITY_KIND_MEMCPY"))
+    if not parts or not schema.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
+        return None
+    return " UNION ALL ".join(parts) + " ORDER BY 1"
+
+
+def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    send = chunk["start"] + ctx.offset
+    recv = chunk["recv"] + ctx.offset
+    s_task, s_thread = ctx.cpu_objects(chunk["gtid"])
+    r_task, r_thread = ctx.gpu_objects(chunk)
+    tag = np.where(chunk["size_kind"] & 1, pv.TAG_API_MEMCPY, pv.TAG_LAUNCH_KERNEL)
+    lines = comm_lines(s_task, s_thread, send, r_task, r_thread, recv,
+                       chunk["size_kind"] >> 1, tag)
+    seq = ctx.next_seq("comm", len(chunk))
+    keys = make_keys(send, PRIO_BEGIN, s_task, s_thread, RANK * 4 + LINE_COMM,
+                     ctx.report_index, seq)
+    return ChunkResult(lines.batch(keys), rows=len(chunk))
+
+
+def _available(present: set[str]) -> bool:
+    return ("kernel" in present or "memcpy" in present) and "runtime" in present
+
+
+def _cost(rows: Mapping[str, int]) -> int:
+    """The join: its rows x 8 plus a probe per API row."""
+    return (rows.get("kernel", 0) + rows.get("memcpy", 0)) * 8 + rows.get("runtime", 0) * 3
+
+
+SPEC = KindSpec(
+    name="comm",
+    title="launch -> kernel and API -> memcpy arrows",
+    rank=RANK,
+    dtype=np.dtype([("start", I8), ("gtid", I8), ("recv", I8), ("gpid", I8),
+                    ("device", I4), ("stream", I4), ("size_kind", I8)]),
+    select=select_sql,
+    convert=convert,
+    available=_available,
+    cost_inputs=("kernel", "memcpy", "runtime"),
+    read_cost=_cost,
+)

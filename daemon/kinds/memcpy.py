@@ -1,0 +1,116 @@
+"""CUDA memory copies (CUPTI_ACTIVITY_KIND_MEMCPY): a memory state and begin/end events with
+the direction and size on the stream's thread; also the memory-operation helpers memset uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import numpy as np
+
+from prvstream.daemon.kinds.base import (
+    I4,
+    I8,
+    ChunkResult,
+    KindSource,
+    KindSpec,
+    PcfBlocks,
+    PlanScan,
+)
+from prvstream.daemon.kinds.context import ReportContext
+from prvstream.daemon.kinds.intervals import activity, interval_batch, state_starts
+from prvstream.daemon.kinds.kernel import GPU_COLUMNS, GPU_FIELDS
+from prvstream.daemon.kinds.sql import wrap_i4
+from prvstream.sinks.base import ActivityKind
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import event_lines, state_lines
+
+__all__ = [
+    "MEMCPY_KIND_SHORT",
+    "MEMCPY_UNKNOWN_VALUE",
+    "MEMSET_VALUE",
+    "SPEC",
+    "convert",
+    "convert_memop",
+    "memop_labels",
+]
+
+log = get_logger(__name__)
+
+#: short memcpy direction names (CUPTI copyKind), for compact labels
+MEMCPY_KIND_SHORT: Final[dict[int, str]] = {
+    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+}
+
+#: memcpy values are the CUPTI copy kind (1..13); unknown copies and memsets get their own
+MEMCPY_UNKNOWN_VALUE = 20
+MEMSET_VALUE = 21
+
+RANK = 2
+
+
+def memop_labels(copy_kinds: dict[int, str]) -> dict[int, str]:
+    """Labels of the memcpy/memset event values."""
+    labels = {k: f"memcpy {v}" for k, v in copy_kinds.items() if k > 0}
+    labels[MEMCPY_UNKNOWN_VALUE] = "memcpy (unknown direction)"
+    labels[MEMSET_VALUE] = "memset"
+    return labels
+
+
+def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -> ChunkResult:
+    """A memcpy or memset chunk: memory state, begin event (direction, size, correlation)."""
+    start = chunk["start"] + ctx.offset
+    end = chunk["end"] + ctx.offset
+    task, thread = ctx.gpu_objects(chunk)
+    if kind == "memcpy":
+        ck = chunk["copy_kind"]
+        value = np.where((ck > 0) & (ck < MEMCPY_UNKNOWN_VALUE), ck, MEMCPY_UNKNOWN_VALUE)
+        act_kind = ActivityKind.MEMCPY
+    else:
+        value = np.full(len(chunk), MEMSET_VALUE, dtype=np.int64)
+        act_kind = ActivityKind.MEMSET
+    size = np.maximum(chunk["bytes"], 0)
+    corr = np.maximum(chunk["corr"], 0)
+    shown = state_starts(ctx, kind, task, thread, start, end)
+    begin = event_lines(task, thread, shown, (pv.EV_MEMOP, value), (pv.EV_MEMOP_BYTES, size),
+                        (pv.EV_CORRELATION, corr))
+    finish = event_lines(task, thread, end, (pv.EV_MEMOP, 0), (pv.EV_MEMOP_BYTES, 0))
+    states = state_lines(task, thread, shown, end, pv.STATE_MEMORY)
+    return ChunkResult(
+        interval_batch(ctx, kind, rank, shown, end, task, thread, begin, finish, states),
+        activity=activity(ctx, chunk, start, end, act_kind), rows=len(chunk),
+    )
+
+
+def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    return convert_memop(ctx, chunk, "memcpy", RANK)
+
+
+def _plan(scan: PlanScan, src: KindSource) -> None:
+    scan.gpu("memcpy", src.table, [("memcpy", wrap_i4(scan.col(src.table, "copyKind")))])
+
+
+def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:
+    return [
+        (30, pv.EventTypeSpec([(pv.EV_MEMOP, "CUDA memcpy/memset")],
+                              memop_labels(MEMCPY_KIND_SHORT))),
+        (40, pv.EventTypeSpec([(pv.EV_MEMOP_BYTES, "CUDA memory transfer size (B)")])),
+    ]
+
+
+SPEC = KindSpec(
+    name="memcpy",
+    title="CUDA memory copies",
+    rank=RANK,
+    dtype=np.dtype([*GPU_FIELDS, ("bytes", I8), ("copy_kind", I4)]),
+    columns=(*GPU_COLUMNS, ("bytes", "bytes"), ("copyKind", "copy_kind")),
+    tables=(KindSource("CUPTI_ACTIVITY_KIND_MEMCPY"),),
+    convert=convert,
+    plan=_plan,
+    pcf=_pcf,
+    efficiency="activity",
+    cuda=True,
+)

@@ -1,0 +1,208 @@
+"""NVTX marks, start/end and push/pop ranges (NVTX_EVENTS): begin/end events per thread and
+domain (an inner range's end restores the enclosing range's value); ranges whose name matches
+the phase pattern are efficiency phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import numpy as np
+
+from prvstream.daemon.kinds.base import (
+    I4,
+    I8,
+    ChunkResult,
+    KindSource,
+    KindSpec,
+    Names,
+    PcfBlocks,
+    PlanScan,
+    Schema,
+    ValueGroup,
+)
+from prvstream.daemon.kinds.context import ReportContext, process_of
+from prvstream.daemon.kinds.intervals import LINE_EVENT, end_prio
+from prvstream.daemon.kinds.runtime import CPU_COLUMNS, CPU_FIELDS
+from prvstream.daemon.kinds.sql import quote_identifier as q
+from prvstream.sinks.base import PHASE_DTYPE
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, event_lines, make_keys
+
+__all__ = [
+    "NVTX_DOMAIN_CREATE",
+    "NVTX_KINDS",
+    "NVTX_MARK",
+    "NVTX_PUSH_POP",
+    "NVTX_START_END",
+    "NVTX_WHERE",
+    "SPEC",
+    "convert",
+    "inline_text_sql",
+    "nvtx_type",
+]
+
+log = get_logger(__name__)
+
+#: NVTX_EVENTS.eventType values we convert (from ENUM_NSYS_EVENT_TYPE, stable since 2020)
+NVTX_MARK: Final = 34
+NVTX_PUSH_POP: Final = 59
+NVTX_START_END: Final = 60
+NVTX_DOMAIN_CREATE: Final = 75
+NVTX_KINDS: Final = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END)
+NVTX_WHERE: Final = "eventType IN (34, 59, 60)"
+
+RANK = 6
+
+
+def _text_label(names: Names, sid: int) -> str:
+    return pv.sanitize_label(names.string(sid))  # negative ids are interned inline texts
+
+
+def _domain_label(names: Names, sid: int) -> str:
+    return names.nvtx_domains().get(sid, f"domain {sid}")
+
+
+GROUP = ValueGroup("nvtx", label=_text_label)
+DOMAIN_GROUP = ValueGroup("nvtx_domain", label=_domain_label, string_ids=False, always=True,
+                          skip=frozenset({0}))
+
+
+def nvtx_type(domain_k: int) -> int:
+    """Event type of push/pop ranges of the k-th domain (0: the default domain)."""
+    return pv.EV_NVTX_PUSHPOP_BASE + 100 * domain_k
+
+
+def inline_text_sql(schema: Schema, table: str) -> str:
+    """The text of rows that carry it inline (no textId), else NULL."""
+    if schema.has(table, "text"):
+        return "CASE WHEN textId IS NULL THEN text END" if schema.has(table, "textId") \
+            else "text"
+    return "NULL"
+
+
+def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    """NVTX marks, start/end and nested push/pop ranges (per thread and domain)."""
+    # parents before children when they start together
+    chunk = chunk[np.lexsort((-chunk["end"], chunk["start"]))]
+    start = chunk["start"] + ctx.offset
+    raw_end = chunk["end"]
+    end = np.where(raw_end >= 0, raw_end + ctx.offset, ctx.end_rel)
+    end = np.maximum(end, start)
+    task, thread = ctx.cpu_objects(chunk["gtid"])
+    value, labels, inverse = ctx.values("nvtx", chunk["text"])
+    etype_col = chunk["event_type"]
+    domains = chunk["domain"]
+    dom_type: dict[int, int] = {}
+    for d in np.unique(domains).tolist():
+        k = 0 if d == 0 else ctx.value_id(
+            "nvtx_domain", ctx.nvtx_domain_names.get(d, f"domain {d}"))
+        dom_type[d] = nvtx_type(k)
+    uniq_domains, dom_inverse = np.unique(domains, return_inverse=True)
+    etype = np.array([dom_type[d] for d in uniq_domains.tolist()], dtype=np.int64)[dom_inverse]
+    etype = np.where(etype_col == NVTX_START_END, pv.EV_NVTX_STARTEND, etype)
+    etype = np.where(etype_col == NVTX_MARK, pv.EV_NVTX_MARK, etype)
+    # value restored at each range's end: the innermost enclosing push/pop range still open
+    restore = np.zeros(len(chunk), dtype=np.int64)
+    pushpop = np.flatnonzero(etype_col == NVTX_PUSH_POP)
+    gt = chunk["gtid"].tolist()
+    dl = domains.tolist()
+    st = start.tolist()
+    en = end.tolist()
+    vl = value.tolist()
+    for i in pushpop.tolist():
+        stack = ctx.nvtx_stack(gt[i], dl[i])
+        while stack and stack[-1][0] <= st[i]:
+            stack.pop()
+        for parent_end, parent_value in reversed(stack):
+            if parent_end > en[i]:
+                restore[i] = parent_value
+                break
+        stack.append((en[i], vl[i]))
+    ranges = np.flatnonzero(etype_col != NVTX_MARK)
+    seq = ctx.next_seq("nvtx", len(chunk))
+    rank = RANK * 4 + LINE_EVENT
+    begin = event_lines(task, thread, start, (etype, value))
+    parts = [begin.batch(make_keys(start, PRIO_BEGIN, task, thread, rank, ctx.report_index,
+                                   seq))]
+    if len(ranges):
+        r = ranges
+        finish = event_lines(task[r], thread[r], end[r], (etype[r], restore[r]))
+        parts.append(finish.batch(
+            make_keys(end[r], end_prio(start[r], end[r]), task[r], thread[r], rank,
+                      ctx.report_index, seq[r])))
+    return ChunkResult(RecordBatch.concat(parts), phases=_phases(ctx, chunk, start, end, labels,
+                                                                 inverse), rows=len(chunk))
+
+
+def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.ndarray,
+            labels: list[str], inverse: np.ndarray) -> np.ndarray | None:
+    """The ranges (not marks) whose name matches the phase pattern."""
+    matching = [bool(ctx.phase_pattern.search(lab)) for lab in labels]
+    if not any(matching):
+        return None
+    sel = np.flatnonzero(np.array(matching, dtype=bool)[inverse]
+                         & (chunk["event_type"] != NVTX_MARK))
+    if not len(sel):
+        return None
+    phases = np.empty(len(sel), dtype=PHASE_DTYPE)
+    phases["start"] = start[sel]
+    phases["end"] = end[sel]
+    gpids, pinv = np.unique(process_of(chunk["gtid"][sel]), return_inverse=True)
+    procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()])
+    phases["process"] = procs[pinv]
+    phases["name"] = [ctx.phase_id(labels[j]) for j in inverse[sel].tolist()]
+    return phases
+
+
+def _plan(scan: PlanScan, src: KindSource) -> None:
+    """Threads, text ids, inline texts (interned) and domains in one DISTINCT scan."""
+    t = src.table
+    sql = (f"SELECT DISTINCT {scan.col(t, 'globalTid')}, {scan.col(t, 'textId')}, "
+           f"{inline_text_sql(scan.schema, t)}, {scan.col(t, 'domainId', '0')} FROM {q(t)} "
+           f"WHERE {src.where}")
+    texts: set[str] = set()
+    rows: list[tuple[int, str | None]] = []
+    for g, v, txt, dom in scan.rows(sql):
+        scan.thread(int(g))  # type: ignore[call-overload]
+        scan.see("nvtx_domain", int(dom))  # type: ignore[call-overload]
+        if txt is not None:
+            texts.add(str(txt))
+        rows.append((int(v), None if txt is None else str(txt)))  # type: ignore[call-overload]
+    for (count,) in scan.rows(f"SELECT COUNT(*) FROM {q(t)} WHERE {src.where}"):
+        scan.count("nvtx", int(count))  # type: ignore[call-overload]
+    ids = scan.intern_texts(texts)
+    for v, txt in rows:
+        scan.see("nvtx", ids[txt] if txt is not None else v)
+
+
+def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:
+    if "nvtx" not in values:
+        return []
+    domains = ["default domain", *values.get("nvtx_domain", [])]
+    types = [(nvtx_type(k), f"NVTX push/pop {d}") for k, d in enumerate(domains)]
+    types += [(pv.EV_NVTX_STARTEND, "NVTX start/end range"), (pv.EV_NVTX_MARK, "NVTX mark")]
+    labels = {i + 1: lab for i, lab in enumerate(values["nvtx"])}
+    return [(80, pv.EventTypeSpec(types, labels))]
+
+
+SPEC = KindSpec(
+    name="nvtx",
+    title="NVTX marks and ranges",
+    rank=RANK,
+    dtype=np.dtype([*CPU_FIELDS, ("event_type", I4), ("domain", I8), ("text", I8),
+                    ("range_id", I8)]),
+    columns=(*CPU_COLUMNS, ("eventType", "event_type"), ("domainId", "domain"),
+             ("textId", "text"), ("rangeId", "range_id")),
+    tables=(KindSource("NVTX_EVENTS", where=NVTX_WHERE),),
+    defaults={"domain": "0"},
+    extra_select=lambda schema, table: [f"{inline_text_sql(schema, table)} AS inline_text"],
+    inline_text="text",
+    convert=convert,
+    plan=_plan,
+    value_groups={"nvtx": GROUP, "nvtx_domain": DOMAIN_GROUP},
+    pcf=_pcf,
+    efficiency="phases",
+)

@@ -1,0 +1,74 @@
+"""CUDA runtime and driver API calls (CUPTI_ACTIVITY_KIND_RUNTIME): begin/end events with the
+call name and correlation id on the calling CPU thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from prvstream.daemon.kinds.base import (
+    I8,
+    ChunkResult,
+    KindSource,
+    KindSpec,
+    PcfBlocks,
+    PlanScan,
+    ValueGroup,
+)
+from prvstream.daemon.kinds.context import ReportContext
+from prvstream.daemon.kinds.intervals import interval_batch
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import event_lines
+
+__all__ = ["CPU_COLUMNS", "CPU_FIELDS", "SPEC", "convert"]
+
+log = get_logger(__name__)
+
+#: the fields every CPU call kind starts with, and their columns
+CPU_FIELDS = [("start", I8), ("end", I8), ("gtid", I8)]
+CPU_COLUMNS = (("start", "start"), ("end", "end"), ("globalTid", "gtid"))
+
+RANK = 5
+GROUP = ValueGroup("api")
+
+
+def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
+    start = chunk["start"] + ctx.offset
+    end = chunk["end"] + ctx.offset
+    task, thread = ctx.cpu_objects(chunk["gtid"])
+    value, _, _ = ctx.values("api", chunk["name"])
+    begin = event_lines(task, thread, start, (pv.EV_API, value),
+                        (pv.EV_CORRELATION, np.maximum(chunk["corr"], 0)))
+    finish = event_lines(task, thread, end, (pv.EV_API, 0))
+    return ChunkResult(
+        interval_batch(ctx, "runtime", RANK, start, end, task, thread, begin, finish),
+        rows=len(chunk),
+    )
+
+
+def _plan(scan: PlanScan, src: KindSource) -> None:
+    scan.cpu("runtime", src, scan.col(src.table, "nameId"))
+
+
+def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:
+    labels = {i + 1: lab for i, lab in enumerate(values.get("api", []))}
+    return [(10, pv.EventTypeSpec([(pv.EV_API, "CUDA API call")], labels)),
+            (60, pv.EventTypeSpec([(pv.EV_CORRELATION, "CUDA correlation id")]))]
+
+
+SPEC = KindSpec(
+    name="runtime",
+    title="CUDA runtime and driver API calls",
+    rank=RANK,
+    dtype=np.dtype([*CPU_FIELDS, ("corr", I8), ("name", I8)]),
+    columns=(*CPU_COLUMNS, ("correlationId", "corr"), ("nameId", "name")),
+    tables=(KindSource("CUPTI_ACTIVITY_KIND_RUNTIME"),),
+    convert=convert,
+    plan=_plan,
+    value_groups={"runtime": GROUP},
+    pcf=_pcf,
+    cuda=True,
+)

@@ -1,0 +1,167 @@
+"""An export's plan: its GPU streams, CPU threads, processes, rows and distinct values per data
+kind, from COUNT and DISTINCT scans (each kind's ``plan`` in the registry says what to scan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from prvstream.daemon.kinds.base import KindSource
+from prvstream.daemon.kinds.context import process_of
+from prvstream.daemon.kinds.registry import KINDS
+from prvstream.daemon.kinds.sql import quote_identifier as _q
+from prvstream.daemon.kinds.sql import wrap_i4
+from prvstream.sinks.logger import get_logger
+
+if TYPE_CHECKING:
+    from prvstream.daemon.nsys.export import Export
+
+__all__ = ["ExportPlan", "plan_export"]
+
+log = get_logger(__name__)
+
+
+class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
+    """Distinct objects and values of an export, from DISTINCT scans per table (no sorts).
+
+    ``values[kind]`` lists the distinct values, sorted; they are string ids (kernel
+    shortName, runtime/osrt nameId, NVTX textId or negative interned inline text, MPI textId,
+    graph name), or enum ids (memcpy copyKind, sync syncType, openacc
+    eventKind, GPU metricId). Extra key: ``nvtx_domain`` (domainId).
+    """
+
+    #: (globalPid, deviceId, streamId) of every GPU stream with activity, sorted
+    streams: list[tuple[int, int, int]]
+    #: globalTid of every CPU thread with activity, sorted
+    threads: list[int]
+    #: globalPid -> its active globalTids (sorted)
+    threads_by_process: dict[int, list[int]]
+    #: every globalPid with CPU or GPU activity, sorted
+    processes: list[int]
+    #: rows per kind (only kinds with rows)
+    counts: dict[str, int]
+    values: dict[str, list[int]]
+    #: (gpu, metricId) pairs of GPU_METRICS
+    gpu_metrics: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    #: (globalPid, streamId, deviceId as written, device it belongs to) of sync rows
+    sync_devices: list[tuple[int, int, int, int]] = msgspec.field(default_factory=list)
+
+
+def plan_export(export: Export) -> ExportPlan:
+    """Scan ``export`` once per kind table (``Export.plan`` caches the result)."""
+    return _Planner(export).run()
+
+
+class _Planner:
+    """Builds an ExportPlan from COUNT and DISTINCT scans: SQLite keeps a small b-tree of the
+    distinct values and never sorts a table (a GROUP BY would sort every row). Implements the
+    ``kinds.base.PlanScan`` primitives each kind's ``plan`` calls."""
+
+    def __init__(self, export: Export) -> None:
+        self.x = export
+        self.streams: set[tuple[int, int, int]] = set()
+        #: (globalPid, deviceId, streamId) of synchronization rows, placed after the others
+        self.sync_keys: set[tuple[int, int, int]] = set()
+        self.threads: set[int] = set()
+        self.counts: dict[str, int] = {}
+        self.values: dict[str, set[int]] = {}
+        self.metrics: set[tuple[int, int]] = set()
+
+    # -- PlanScan ----------------------------------------------------------------------------
+    @property
+    def schema(self) -> Export:
+        return self.x
+
+    def col(self, table: str, col: str, default: str = "-1") -> str:
+        return f"COALESCE({_q(col)}, {default})" if self.x.has(table, col) else default
+
+    def rows(self, sql: str) -> Iterator[tuple[object, ...]]:
+        return self.x.rows(sql)
+
+    def see(self, key: str, value: int) -> None:
+        self.values.setdefault(key, set()).add(value)
+
+    def count(self, kind: str, n: int) -> None:
+        if n:
+            self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def thread(self, gtid: int) -> None:
+        self.threads.add(gtid)
+
+    def metric(self, gpu: int, metric: int) -> None:
+        self.metrics.add((gpu, metric))
+
+    def intern_texts(self, texts: Iterable[str]) -> dict[str, int]:
+        return self.x.number_inline_texts(texts)
+
+    def _distinct(self, key: str, table: str, column: str, where: str = "") -> None:
+        """Every value of ``column`` (one DISTINCT per column: much cheaper in SQLite than one
+        over every key column together)."""
+        for (v,) in self.x.rows(f"SELECT DISTINCT {column} FROM {_q(table)}{where}"):
+            self.see(key, int(v))  # type: ignore[call-overload]
+
+    def gpu(self, kind: str, table: str, values: list[tuple[str, str]], *,
+            placed_later: bool = False) -> None:
+        """GPU activity table: stream keys, rows, and distinct values (plan key, SQL)."""
+        keys = [self.col(table, "globalPid"), wrap_i4(self.col(table, "deviceId")),
+                wrap_i4(self.col(table, "streamId"))]
+        for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
+            key = (int(g), int(d), int(s))  # type: ignore[call-overload]
+            (self.sync_keys if placed_later else self.streams).add(key)
+        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(table)}"):
+            self.count(kind, int(count))  # type: ignore[call-overload]
+        for key_name, column in values:
+            self._distinct(key_name, table, column)
+
+    def cpu(self, kind: str, src: KindSource, value: str) -> None:
+        """CPU call table: threads, rows and the distinct values of ``value`` (SQL)."""
+        t = src.table
+        where = f" WHERE {src.where}" if src.where else ""
+        for (g,) in self.x.rows(f"SELECT DISTINCT {self.col(t, 'globalTid')} FROM {_q(t)}"
+                                f"{where}"):
+            self.thread(int(g))  # type: ignore[call-overload]
+        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(t)}{where}"):
+            self.count(kind, int(count))  # type: ignore[call-overload]
+        self._distinct(kind, t, value, where)
+
+    # -- the plan ----------------------------------------------------------------------------
+    def run(self) -> ExportPlan:
+        for spec in KINDS.values():
+            if spec.plan is not None:
+                for src in spec.sources(self.x):
+                    spec.plan(self, src)
+        sync_devices = self._place_syncs()
+        by_proc: dict[int, list[int]] = {}
+        for g in sorted(self.threads):
+            by_proc.setdefault(process_of(g), []).append(g)
+        procs = sorted(set(by_proc) | {s[0] for s in self.streams})
+        values = {k: sorted(d) for k, d in self.values.items()}
+        return ExportPlan(streams=sorted(self.streams), threads=sorted(self.threads),
+                          threads_by_process=by_proc, processes=procs, counts=self.counts,
+                          values=values, gpu_metrics=sorted(self.metrics),
+                          sync_devices=sync_devices)
+
+    def _place_syncs(self) -> list[tuple[int, int, int, int]]:
+        """Synchronization rows carry deviceId 0 in real exports whatever the GPU: take the
+        device from the process's other activity on the same stream, or its only device."""
+        devices_of: dict[tuple[int, int], set[int]] = {}
+        per_process: dict[int, set[int]] = {}
+        for g, d, s in self.streams:
+            devices_of.setdefault((g, s), set()).add(d)
+            per_process.setdefault(g, set()).add(d)
+        placed: list[tuple[int, int, int, int]] = []
+        for g, d, s in sorted(self.sync_keys):
+            on_stream = devices_of.get((g, s), set())
+            in_process = per_process.get(g, set())
+            if len(on_stream) == 1:
+                device = next(iter(on_stream))
+            elif s < 0 and len(in_process) == 1:
+                device = next(iter(in_process))
+            else:
+                device = d
+            placed.append((g, s, d, device))
+            self.streams.add((g, device, s))
+        return placed

@@ -10,7 +10,7 @@ import numpy as np
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import Metrics
 
-__all__ = ["group_order", "job_metrics"]
+__all__ = ["covered", "group_order", "job_metrics"]
 
 log = get_logger(__name__)
 
@@ -18,12 +18,17 @@ log = get_logger(__name__)
 _EXACT = 2**53
 
 
-def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int) -> Metrics:
+def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int,
+                captured: Sequence[int] | None = None) -> Metrics:
     """LB, CE, OE and PE of devices with these useful/comm times over an interval of span_ns.
 
+    ``captured``: each device's captured time in the interval (its reports' spans); when they
+    differ, each device's times count as shares of its own captured time (docs/efficiency.md).
     Degenerate cases keep PE = LB * CE * OE: no devices or an empty span give zeros; a job where
     no compute ran has LB = 1 (all equal) and CE = 0 when communication ran, else 1.
     """
+    if captured is not None and any(t != span_ns for t in captured):
+        return _shares(useful, comm, captured)
     if not useful or span_ns <= 0:
         return Metrics(load_balance=0.0, communication_efficiency=0.0,
                        orchestration_efficiency=0.0, parallel_efficiency=0.0)
@@ -45,6 +50,31 @@ def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int) -> Met
     pe = sum_u / (len(useful) * span_ns)
     return Metrics(load_balance=lb, communication_efficiency=ce, orchestration_efficiency=oe,
                    parallel_efficiency=pe)
+
+
+def _shares(useful: Sequence[int], comm: Sequence[int], captured: Sequence[int]) -> Metrics:
+    """The metrics of devices captured over different times: on useful and comm shares."""
+    u = [x / t if t > 0 else 0.0 for x, t in zip(useful, captured, strict=True)]
+    uc = [(x + y) / t if t > 0 else 0.0
+          for x, y, t in zip(useful, comm, captured, strict=True)]
+    if not u or max(captured) <= 0:
+        return Metrics(load_balance=0.0, communication_efficiency=0.0,
+                       orchestration_efficiency=0.0, parallel_efficiency=0.0)
+    max_u, max_uc, mean_u = max(u), max(uc), math.fsum(u) / len(u)
+    return Metrics(load_balance=mean_u / max_u if max_u > 0 else 1.0,
+                   communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,
+                   orchestration_efficiency=max_uc, parallel_efficiency=mean_u)
+
+
+def covered(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of the union of ``spans`` inside [lo, hi)."""
+    total, reach = 0, lo
+    for s, e in sorted(spans):
+        s, e = max(s, reach), min(e, hi)
+        if e > s:
+            total += e - s
+            reach = e
+    return total
 
 
 def group_order(name: str) -> tuple[int, float, str]:

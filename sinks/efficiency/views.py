@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from prvstream.sinks.efficiency.metrics import group_order, job_metrics
+from prvstream.sinks.efficiency.metrics import covered, group_order, job_metrics
 from prvstream.sinks.efficiency.parts import (
     COMM,
     GAP_NS,
@@ -57,11 +57,14 @@ class RecordViews:
 
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
                 rows_of: Callable[[Device], np.ndarray | None], row: int = 0, name: str = "",
-                index: int = 0, span: int | None = None) -> SummaryRecord:
+                index: int = 0, span: int | None = None, captured: bool = False,
+                ) -> SummaryRecord:
         """One record over [start, end) (length ``span``) for devices ``gids``; a device's
-        totals are ``rows_of(device)[row]`` (zeros when missing)."""
+        totals are ``rows_of(device)[row]`` (zeros when missing). With ``captured``, each
+        device's time is its reports' spans inside [start, end), else the whole span."""
         if span is None:
             span = max(end - start, 0)
+        spans: list[tuple[int, int]] = []
         rows: list[DeviceRow] = []
         rank_of = self._device_rank
         for gid in sorted(set(gids), key=rank_of.__getitem__):
@@ -71,12 +74,15 @@ class RecordViews:
                 [0] * WIDTH
             useful, comm, overlap = v[USEFUL], v[COMM], v[OVERLAP]
             busy_k = v[K1:K4 + 1]
+            t = covered(dev.spans, start, end) if captured else span
+            if captured:
+                spans += dev.spans
             rows.append(DeviceRow(
                 host=dev.host, device=dev.device, useful_ns=useful, comm_ns=comm,
-                idle_ns=max(span - useful - comm, 0), overlap_ns=overlap,
+                idle_ns=max(t - useful - comm, 0), overlap_ns=overlap,
                 overlap_share=overlap / (comm + overlap) if comm + overlap else 0.0,
-                inflight_ns=[max(span - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
-                gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid))
+                inflight_ns=[max(t - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
+                gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid, captured_ns=t))
         hosts: dict[str, list[DeviceRow]] = {}
         ranks: dict[str, list[DeviceRow]] = {}
         for r in rows:
@@ -92,7 +98,7 @@ class RecordViews:
             m = seen.get(key)
             if m is None:
                 m = seen[key] = job_metrics([r.useful_ns for r in v], [r.comm_ns for r in v],
-                                            span)
+                                            span, [r.captured_ns for r in v])
             return m
 
         def groups(by: dict[str, list[DeviceRow]]) -> list[GroupRow]:
@@ -103,6 +109,7 @@ class RecordViews:
         return SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
+            captured_ns=covered(spans, start, end) if captured else span,
             wall_ns=self._span[1] if self._span else 0, reports=self._reports,
             last_report=self._last_report,
             metrics=metrics(rows), devices=rows, hosts=groups(hosts), ranks=groups(ranks),
@@ -112,7 +119,7 @@ class RecordViews:
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)
         return self._record("cumulative", start, end, range(len(self._devices)),
-                            lambda d: d.totals[None, :])
+                            lambda d: d.totals[None, :], captured=True)
 
     def _window(self, k: int) -> SummaryRecord:
         w = self.window_ns
@@ -122,7 +129,8 @@ class RecordViews:
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
         return self._record("window", max(ws, js), min(we, je), present,
-                            lambda d: d.windows if slot >= 0 else None, row=slot, index=k)
+                            lambda d: d.windows if slot >= 0 else None, row=slot, index=k,
+                            captured=True)
 
     def _present(self, processes: Iterable[int]) -> list[int]:
         return [g for p in processes

@@ -30,8 +30,9 @@ log = get_logger(__name__)
 
 #: version of the records this code writes; changes are additive (new fields with defaults),
 #: so readers accept every version and ignore fields they do not know. 2: the state is bounded
-#: (latest ``recent`` windows and instances per phase name) and has ``phase_totals``
-SCHEMA_VERSION = 2
+#: (latest ``recent`` windows and instances per phase name) and has ``phase_totals``. 3:
+#: captured time (``captured_ns``), verdict, host metrics, top-N tables
+SCHEMA_VERSION = 3
 
 #: windows, and instances per phase name, that the state keeps by default
 DEFAULT_RECENT = 64
@@ -67,6 +68,8 @@ class DeviceRow(msgspec.Struct, kw_only=True):
     gap_ns: int = 0
     rank: int | None = None
     pid: int = 0
+    #: time its reports captured inside the interval (schema 3; 0 in older files: the span)
+    captured_ns: int = 0
 
 
 class GroupRow(msgspec.Struct, kw_only=True):
@@ -95,6 +98,9 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     start_ns: int
     end_ns: int
     span_ns: int
+    #: time inside the interval at least one device was captured (schema 3; capture ranges
+    #: and the time before a rank's first or after its last report excluded)
+    captured_ns: int = 0
     #: wall-clock ns of the latest data included (the end of the job's span so far); this is
     #: data time, not the time the record was written, so recomputation is byte-identical
     wall_ns: int = 0

@@ -46,12 +46,12 @@ def _metric_lines(m: Metrics) -> list[str]:
 
 
 def _device_table(record: SummaryRecord, limit: int) -> list[str]:
-    t = max(record.span_ns, 1)
     rows = sorted(record.devices, key=lambda d: (d.useful_ns, d.host, d.device))
     lines = [f"  {'host':<20} {'gpu':>3} {'rank':>5} {'useful':>7} {'comm':>7} {'idle':>7} "
              f"{'hidden':>7} {'gaps':>5} {'gap time':>10}"]
     for d in rows[:limit]:
         rank = "-" if d.rank is None else str(d.rank)
+        t = max(d.captured_ns or record.span_ns, 1)
         lines.append(f"  {d.host[:20]:<20} {d.device:>3} {rank:>5} {pct(d.useful_ns / t):>7} "
                      f"{pct(d.comm_ns / t):>7} {pct(d.idle_ns / t):>7} "
                      f"{pct(d.overlap_share):>7} {d.gaps:>5} {secs(d.gap_ns):>10}")
@@ -80,16 +80,25 @@ def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
     return lines
 
 
+def _captured(record: SummaryRecord) -> str:
+    """", captured 66.0% (capture ranges excluded)" when part of the span was not captured."""
+    if not record.captured_ns or record.captured_ns >= record.span_ns:
+        return ""
+    return (f", captured {pct(record.captured_ns / record.span_ns).strip()} "
+            f"(time outside capture ranges excluded)")
+
+
 def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40) -> str:
     """A readable table: metrics as percentages, devices worst first, and a verdict line."""
     lines = [f"job {state.job or '?'}: {state.reports} report(s), {len(state.devices)} "
-             f"device(s), span {secs(state.span_ns)}"]
+             f"device(s), span {secs(state.span_ns)}{_captured(state)}"]
     if view == "cumulative":
         lines.append("cumulative:")
         lines += _metric_lines(state.metrics)
         lines.append(verdict(state.metrics, state.span_ns))
         if state.devices:
-            lines.append("devices (worst first; % of span; hidden = comm under compute):")
+            lines.append("devices (worst first; % of captured time; hidden = comm under "
+                         "compute):")
             lines += _device_table(state, limit)
         return "\n".join(lines) + "\n"
     rows = state.windows if view == "window" else state.phases

@@ -128,17 +128,20 @@ def test_two_ranks_on_two_hosts_align_by_wall_clock_and_report_per_host_and_rank
     feed_report(model, r1, a1)
     cum = model.take_updates()[0]
     assert (cum.start_ns, cum.end_ns, cum.reports, cum.last_report) == (0, 100, 2, "b")
-    assert [(d.host, d.useful_ns, d.comm_ns, d.idle_ns) for d in cum.devices] == [
-        ("n0", 80, 20, 0), ("n1", 40, 10, 50)]
-    assert cum.metrics.load_balance == pytest.approx(60 / 80)
-    assert cum.metrics.communication_efficiency == pytest.approx(80 / 100)
+    # rank 1 was captured over [30, 80) only: the time before its report is not idle
+    assert [(d.host, d.useful_ns, d.comm_ns, d.idle_ns, d.captured_ns) for d in cum.devices] \
+        == [("n0", 80, 20, 0, 100), ("n1", 40, 10, 0, 50)]
+    assert (cum.span_ns, cum.captured_ns) == (100, 100)
+    # shares of captured time: useful (0.8, 0.8), useful + comm (1.0, 1.0)
+    assert cum.metrics.load_balance == pytest.approx(1.0)
+    assert cum.metrics.communication_efficiency == pytest.approx(0.8)
     assert cum.metrics.orchestration_efficiency == pytest.approx(1.0)
-    assert cum.metrics.parallel_efficiency == pytest.approx(120 / 200)
+    assert cum.metrics.parallel_efficiency == pytest.approx(0.8)
     # rank 1's leading idle [0,30) is outside its report: not a gap; its own span has none
     assert [d.gaps for d in cum.devices] == [0, 0]
     assert [h.name for h in cum.hosts] == ["n0", "n1"]
     assert [(r.name, r.metrics.parallel_efficiency) for r in cum.ranks] == [
-        ("0", pytest.approx(0.8)), ("1", pytest.approx(0.4))]
+        ("0", pytest.approx(0.8)), ("1", pytest.approx(0.8))]
 
 
 def test_phases_one_row_per_instance_each_device_counts_its_own_process() -> None:
@@ -295,8 +298,9 @@ def test_matches_naive_reference_and_identity_holds(data, thr: int, window: int)
     for rec in [state, *state.windows, *state.phases]:
         assert_identity(rec.metrics)
         for d in rec.devices:
-            assert d.useful_ns + d.comm_ns + d.idle_ns == rec.span_ns
-            assert sum(d.inflight_ns) == rec.span_ns
+            assert 0 <= d.captured_ns <= rec.span_ns
+            assert d.useful_ns + d.comm_ns + d.idle_ns == d.captured_ns
+            assert sum(d.inflight_ns) == d.captured_ns
             assert 0.0 <= d.overlap_share <= 1.0
     lo, hi = state.start_ns, state.end_ns
     for info, a in zip(infos, actss, strict=True):

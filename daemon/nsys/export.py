@@ -141,26 +141,21 @@ _T = TypeVar("_T")
 
 
 def _memoized(method: Callable[[Export], _T]) -> Callable[[Export], _T]:
-    """Read a small table once per export (the result survives ``PreparedReport.reopen``)."""
+    """Read a small table once per export (the result survives ``Export.reopen``)."""
     name = method.__name__
 
     @functools.wraps(method)
     def wrapper(self: Export) -> _T:
-        if name not in self.memo:
-            self.memo[name] = method(self)
-        found: _T = self.memo[name]
+        if name not in self._memo:
+            self._memo[name] = method(self)
+        found: _T = self._memo[name]
         return found
 
     return wrapper
 
 
-def open_export(path: str | Path) -> Export:
-    """Open ``path`` read-only and check that it is an Nsight Systems export with data.
-
-    Raises ``NotAnExport`` (not SQLite, corrupt, truncated, or no Nsight tables) or
-    ``UnsupportedSchema`` (an export without any data kind prvstream converts).
-    """
-    p = Path(path).resolve()
+def _connect(p: Path) -> sqlite3.Connection:
+    """A read-only connection to the file at ``p`` after checking its SQLite header."""
     problem = _header_problem(p)
     if problem is not None:
         raise NotAnExport(f"{p}: {problem}; point prvstream at an Nsight Systems SQLite "
@@ -173,6 +168,22 @@ def open_export(path: str | Path) -> Export:
     try:
         con.execute("PRAGMA query_only=1")
         con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise NotAnExport(f"{p}: unreadable SQLite database ({exc}); re-export the report "
+                          f"with nsys export --type sqlite") from exc
+    return con
+
+
+def open_export(path: str | Path) -> Export:
+    """Open ``path`` read-only and check that it is an Nsight Systems export with data.
+
+    Raises ``NotAnExport`` (not SQLite, corrupt, truncated, or no Nsight tables) or
+    ``UnsupportedSchema`` (an export without any data kind prvstream converts).
+    """
+    p = Path(path).resolve()
+    con = _connect(p)
+    try:
         export = Export(con, p)
     except sqlite3.DatabaseError as exc:
         con.close()
@@ -187,7 +198,8 @@ def open_export(path: str | Path) -> Export:
 class Export:
     """A read-only connection to one export, with its probed schema and cached names.
 
-    Use from one thread at a time. Context manager; ``close()`` releases the file.
+    Use from one thread at a time. Context manager; ``close()`` releases the file and
+    ``reopen()`` takes it again, keeping everything read so far (schema, metadata, plan, names).
     """
 
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
@@ -203,7 +215,8 @@ class Export:
         self._inline_ids: dict[str, int] | None = None
         self._meta: ExportMeta | None = None
         #: small tables read once (processes, thread and domain names, ...)
-        self.memo: dict[str, Any] = {}
+        self._memo: dict[str, Any] = {}
+        self._closed = False
         self._plan: ExportPlan | None = None
         if not any(self._nonempty(src) for kind in TABLE_KINDS for src in self.sources(kind)):
             raise UnsupportedSchema(f"{path}: the export holds no CUDA, GPU, NVTX, OS runtime, "
@@ -212,7 +225,20 @@ class Export:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        self._con.close()
+        """Release the file; what was read stays (``reopen`` continues from it)."""
+        if not self._closed:
+            self._closed = True
+            self._con.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def reopen(self) -> None:
+        """A fresh connection after ``close`` (a no-op while open); nothing is read again."""
+        if self._closed:
+            self._con = _connect(self.path)
+            self._closed = False
 
     def __enter__(self) -> Export:
         return self

@@ -181,15 +181,16 @@ def write_trace(
     live_numbering = numbering
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
-    for rep in ordered:  # planned: release every connection until its report streams
-        rep.pause()
+    if len(ordered) > 1:  # planned: free every connection until its report streams
+        for rep in ordered:
+            rep.close()
     # memory budget: every open report pools about one chunk per table, and up to fan_in
     # reports are open at once, so share settings.chunk_rows among them
     open_reports = min(len(ordered), settings.fan_in)
     chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
-        rep.reopen()
+        rep.open(chunk_rows)
         ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
         target = sink_for(rep) if sink_for is not None else sink
         try:
@@ -288,7 +289,10 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
         else:
-            rep.release()  # connections reopen one fan-in group at a time
+            objects_of(rep)  # what numbering needs, read while the connection is open
+            value_labels_of(rep)
+            if len(paths) > 1:
+                rep.close()  # connections reopen one fan-in group at a time
             reports.append(rep)
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason)

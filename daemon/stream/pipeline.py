@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,9 +29,9 @@ from prvstream.daemon.kinds.context import (
     stream_name,
     tid_of,
 )
-from prvstream.daemon.nsys import reader, tables
-from prvstream.daemon.nsys.export import Export, ExportPlan, open_export, quote_identifier
-from prvstream.daemon.nsys.reader import ReaderLease
+from prvstream.daemon.nsys import tables
+from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
+from prvstream.daemon.nsys.sources import ChunkSource, open_source
 from prvstream.daemon.stream.merge import Stream, merge
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.sinks.base import (
@@ -58,13 +58,17 @@ __all__ = [
 
 log = get_logger(__name__)
 
-_q = quote_identifier
 
 
 
 @dataclass
 class PreparedReport:
-    """An opened, planned export and what numbering and ordering need from it."""
+    """A planned export and what numbering and ordering need from it.
+
+    Two verbs: ``open`` makes it ready to stream (its connection and a chunk source, which
+    ``report_stream`` takes over), ``close`` frees both and keeps what was planned and read,
+    so a job plans many reports and holds only as many open as it streams at once.
+    """
 
     path: Path
     export: Export
@@ -77,64 +81,39 @@ class PreparedReport:
     #: what canonical numbering needs, read once (``objects_of``, ``value_labels_of``)
     objects: ReportObjects | None = None
     value_labels: dict[str, set[str]] | None = None
-    #: queries already running in the reader process (``prepare(prefetch_rows=...)``): the
-    #: lease and its chunk streams by kind, taken over by ``report_stream``
-    reading: tuple[ReaderLease, dict[str, Iterator[np.ndarray]]] | None = None
+    #: where the chunks come from while open (started by ``prepare(prefetch_rows=...)``)
+    source: ChunkSource | None = None
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
         """Canonical report order: wall-clock start, host, file name."""
         return (self.wall_start, self.host, self.path.name)
 
+    def open(self, chunk_rows: int) -> None:
+        """Reconnect if closed and choose the chunk source (unless one is started)."""
+        self.export.reopen()
+        if self.source is None:
+            self.source = open_source(self.export, self.kinds, chunk_rows, self.plan.counts)
+
     def close(self) -> None:
-        self.stop_reading()
-        self.export.close()
-
-    def pause(self) -> None:
-        """Close the connection until ``reopen``; prefetched streams live on in the reader."""
-        self.export.close()
-
-    def stop_reading(self) -> None:
-        """Hand back the reader if the prefetched streams were never used."""
-        if self.reading is not None:
-            lease, _ = self.reading
-            self.reading = None
-            lease.release()
-
-    def release(self) -> None:
-        """Read what numbering needs, then close the connection until ``reopen``.
-
-        Planning a job of many reports keeps only this summary of each, not its connection.
-        """
-        objects_of(self)
-        value_labels_of(self)
-        self.pause()
-
-    def reopen(self) -> None:
-        """A fresh connection that keeps the plan and metadata already read (no re-scan).
-
-        Batch jobs plan every report first, then close them all and reopen each only while
-        it streams, so that open connections and their caches are bounded by the fan-in.
-        """
-        fresh = open_export(self.path)
-        fresh._meta = self.export.meta
-        fresh._plan = self.plan
-        fresh._inline_ids = self.export._inline_ids
-        fresh._inline = dict(self.export._inline)
-        fresh.memo = dict(self.export.memo)
-        self.export.close()
-        self.export = fresh
+        """Free the chunk source (the reader) and the connection; idempotent."""
+        source, self.source = self.source, None
+        try:
+            if source is not None:
+                source.close()
+        finally:
+            self.export.close()
 
 
 def prepare(path: Path, wanted: list[str] | None = None,
             prefetch_rows: int | None = None) -> PreparedReport:
     """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert.
 
-    With ``prefetch_rows``, the report's table queries start in the reader process (when it
-    is free) before planning, so SQLite sorts there while this process plans.
+    With ``prefetch_rows``, the report's chunk source opens before planning: its costliest
+    queries start in the reader process (when it is free), which sorts while this one plans.
     """
     export = open_export(path)
-    reading = None
+    source: ChunkSource | None = None
     try:
         present = tables.available_kinds(export)
         kinds = registry.to_convert(present, wanted)
@@ -143,11 +122,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 f"{path}: holds no CUDA/GPU activity; profile with `nsys profile -t cuda` "
                 "to convert it"
             )
-        to_reader = (_reader_kinds(kinds, _table_rows(export, kinds))
-                     if prefetch_rows is not None and reader.enabled() else [])
-        lease = reader.lease(export.path) if to_reader else None
-        if lease is not None and prefetch_rows is not None:
-            reading = (lease, {k: _source(export, k, prefetch_rows, lease) for k in to_reader})
+        if prefetch_rows is not None:
+            source = open_source(export, kinds, prefetch_rows)
         meta = export.meta
         plan = export.plan()
         try:
@@ -155,23 +131,27 @@ def prepare(path: Path, wanted: list[str] | None = None,
         except (sqlite3.Error, ValueError, TypeError):  # an optional table of unknown shape
             ranks = {}
     except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
-        export.close()
-        if reading is not None:
-            reading[0].release()
+        _abandon(export, source)
         raise NotAnExport(
             f"{path}: unexpected content while planning ({exc}); this is not an intact "
             "Nsight Systems export, re-export it"
         ) from exc
     except BaseException:
-        export.close()
-        if reading is not None:
-            reading[0].release()
+        _abandon(export, source)
         raise
     return PreparedReport(
         path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
         wall_start=meta.first_ns + meta.wall_offset_ns,
-        wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, reading=reading,
+        wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, source=source,
     )
+
+
+def _abandon(export: Export, source: ChunkSource | None) -> None:
+    try:
+        if source is not None:
+            source.close()
+    finally:
+        export.close()
 
 
 ReportObjects = list[tuple[str, int, str, int | None, dict[ThreadKey, str]]]
@@ -318,69 +298,6 @@ class ActivityRouter:
         feed_interleaved(self.sink, activity, phases)
 
 
-#: share of the estimated reading cost the reader process takes: the converter's own work
-#: (records, merge, text, summary) costs about half as much as reading, so with this split
-#: both processes stay busy (measured on 1M-row synthetic exports, CUDA only and all kinds)
-_READER_SHARE = 0.75
-#: below this many rows the reader costs more (requests, copies) than it saves
-_READER_MIN_ROWS = 50_000
-
-
-#: kinds whose rows the reader weighs even when not converted: derived kinds' inputs
-_COST_INPUTS = frozenset(k for s in registry.KINDS.values() for k in s.cost_inputs)
-
-
-def _weighed(kinds: list[str]) -> set[str]:
-    """Table kinds the reader may read (inline-text kinds stay in-process) whose rows count."""
-    return {k for k in {*kinds, *_COST_INPUTS}
-            if not registry.get(k).derived and not registry.get(k).inline_text}
-
-
-def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:
-    """Rows per kind that ``_reader_kinds`` weighs, before a plan exists (``COUNT(*)`` is cheap:
-    SQLite counts a table's b-tree pages without decoding rows)."""
-    return {kind: sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
-                      for (n,) in export.rows(f"SELECT COUNT(*) FROM {_q(src.table)}"))
-            for kind in _weighed(kinds)}
-
-
-def _reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
-    """The kinds the reader process reads (none for a small report), costliest first (the
-    order their queries start in); the rest are read in-process. ``rows``: rows per kind
-    (``_table_rows``, or a plan's counts).
-
-    Cost estimate (``KindSpec.cost``): rows x (values fetched per row + 2) per table; a
-    derived kind's from its inputs' rows. Largest first, each one that keeps the reader
-    within its share (the largest always).
-    """
-    weighed = _weighed(kinds)
-    if sum(rows.get(k, 0) for k in weighed) < _READER_MIN_ROWS:
-        return []
-    costs = {k: registry.get(k).cost(rows) for k in kinds
-             if k in weighed or registry.get(k).derived}
-    total = sum(costs.values())
-    chosen: list[str] = []
-    taken = 0
-    for kind in sorted(costs, key=lambda k: (-costs[k], k)):
-        if not chosen or taken + costs[kind] <= _READER_SHARE * total:
-            chosen.append(kind)
-            taken += costs[kind]
-    return chosen
-
-
-def _source(export: Export, kind: str, chunk_rows: int,
-            lease: ReaderLease | None) -> Iterator[np.ndarray]:
-    """The kind's chunks (``tables.stream``), read by the reader process when there is one
-    (inline-text kinds, NVTX, always in-process)."""
-    spec = registry.get(kind)
-    if lease is None or spec.inline_text:
-        return tables.stream(export, kind, chunk_rows)
-    sql = spec.select_sql(export)
-    if sql is None:
-        return iter(())
-    return lease.stream(sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind)
-
-
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
                  router: ActivityRouter, counts: Counter[str]) -> Stream:
     convert = registry.get(kind).convert
@@ -395,30 +312,23 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
 
 def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chunk_rows: int,
                   sink: SinkProtocol | None, counts: Counter[str]) -> Stream:
-    """The report's records in time order, with the sink fed along the way."""
+    """The report's records in time order, with the sink fed along the way. The report is
+    opened for it; the stream takes its chunk source over and frees it when it ends (the
+    connection stays until the report is closed)."""
     router = ActivityRouter(sink)
     if sink is not None:
         sink.begin_report(info)
-    if rep.reading is not None:  # started by prepare
-        lease: ReaderLease | None = rep.reading[0]
-        sources = rep.reading[1]
-        rep.reading = None
-    else:
-        to_reader = _reader_kinds(rep.kinds, rep.plan.counts) if reader.enabled() else []
-        lease = reader.lease(rep.export.path) if to_reader else None
-        sources = {k: _source(rep.export, k, chunk_rows, lease)
-                   for k in to_reader} if lease is not None else {}
-    try:
-        streams: list[Stream] = []
-        for kind in rep.kinds:  # every query starts now: the reader sorts while we convert
-            chunks = sources.get(kind) or _source(rep.export, kind, chunk_rows, None)
-            streams.append(_kind_stream(ctx, kind, chunks, router, counts))
+    rep.open(chunk_rows)
+    source, rep.source = rep.source, None
+    assert source is not None
+    try:  # every kind's stream starts now (reader queries already run: it sorts meanwhile)
+        streams = [_kind_stream(ctx, kind, source.chunks(kind), router, counts)
+                   for kind in rep.kinds]
         for batch, watermark in merge(streams):
             router.release(watermark)
             yield batch, watermark
     finally:
-        if lease is not None:
-            lease.release()
+        source.close()
     router.release(None)
     if sink is not None:
         sink.end_report()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys import reader, sources, tables
 from prvstream.daemon.nsys.export import open_export
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
@@ -26,8 +26,7 @@ G = 7 << 24
 @pytest.fixture(autouse=True)
 def small_reports_use_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """These exports are tiny; real conversions read reports this small in-process."""
-    from prvstream.daemon.stream import pipeline
-    monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 0)
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
 
 
 @pytest.fixture
@@ -75,13 +74,12 @@ def test_conversion_bytes_do_not_depend_on_the_reader(job: list[Path], tmp_path:
 
 def test_small_reports_are_read_in_process(job: list[Path],
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from prvstream.daemon.stream import pipeline
     from prvstream.daemon.stream.pipeline import prepare
 
-    monkeypatch.setattr(pipeline, "_READER_MIN_ROWS", 50_000)
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 50_000)
     rep = prepare(job[0], None, prefetch_rows=16)
     try:
-        assert rep.reading is None
+        assert isinstance(rep.source, sources.InProcessSource)
     finally:
         rep.close()
 
@@ -184,7 +182,7 @@ def test_a_prefetched_report_closed_unread_frees_the_reader(job: list[Path]) -> 
     from prvstream.daemon.stream.pipeline import prepare
 
     rep = prepare(job[0], None, prefetch_rows=16)
-    assert rep.reading is not None
+    assert isinstance(rep.source, sources.ReaderSource)
     assert reader.lease(job[1]) is None
     rep.close()
     again = reader.lease(job[1])

@@ -1,0 +1,143 @@
+"""Where a report's chunks come from: the ``ChunkSource`` protocol, read in this process
+(``InProcessSource``) or partly by the reader process (``ReaderSource``), and ``open_source``,
+the one place that chooses between them. Both give the same chunks, hence the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds.sql import quote_identifier
+from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys.export import Export
+from prvstream.daemon.nsys.reader import ReaderLease
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "reader_kinds"]
+
+log = get_logger(__name__)
+
+#: share of the estimated reading cost the reader process takes: the converter's own work
+#: (records, merge, text, summary) costs about half as much as reading, so with this split
+#: both processes stay busy (measured on 1M-row synthetic exports, CUDA only and all kinds)
+_READER_SHARE = 0.75
+#: below this many rows the reader costs more (requests, copies) than it saves
+_READER_MIN_ROWS = 50_000
+#: kinds whose rows the reader weighs even when not converted: derived kinds' inputs
+_COST_INPUTS = frozenset(k for s in registry.KINDS.values() for k in s.cost_inputs)
+
+
+class ChunkSource(Protocol):
+    """A report's chunks, kind by kind; ``close`` frees what the source holds."""
+
+    def chunks(self, kind: str) -> Iterator[np.ndarray]:
+        """The kind's chunks (its registry dtype) in non-decreasing start."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcessSource:
+    """Every kind read by this process on the export's connection (``tables.stream``)."""
+
+    def __init__(self, export: Export, chunk_rows: int) -> None:
+        self.export = export
+        self.chunk_rows = chunk_rows
+
+    def chunks(self, kind: str) -> Iterator[np.ndarray]:
+        return tables.stream(self.export, kind, self.chunk_rows)
+
+    def close(self) -> None:
+        """Nothing to free: the connection belongs to the report."""
+
+
+class ReaderSource:
+    """Some kinds read by the reader process (their queries start at once, costliest first, so
+    that SQLite sorts there while this process works), the others in-process."""
+
+    def __init__(self, export: Export, lease: ReaderLease, kinds: Iterable[str],
+                 chunk_rows: int) -> None:
+        self._lease: ReaderLease | None = lease
+        self._local = InProcessSource(export, chunk_rows)
+        self._started: dict[str, Iterator[np.ndarray]] = {}
+        for kind in kinds:
+            spec = registry.get(kind)
+            sql = spec.select_sql(export)
+            self._started[kind] = iter(()) if sql is None else lease.stream(
+                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds started in the reader and not yet taken."""
+        return list(self._started)
+
+    def chunks(self, kind: str) -> Iterator[np.ndarray]:
+        started = self._started.pop(kind, None)
+        return started if started is not None else self._local.chunks(kind)
+
+    def close(self) -> None:
+        """Hand the reader back (streams not read to the end are abandoned)."""
+        self._started.clear()
+        if self._lease is not None:
+            lease, self._lease = self._lease, None
+            lease.release()
+
+
+def open_source(export: Export, kinds: list[str], chunk_rows: int,
+                rows: Mapping[str, int] | None = None, *, use_reader: bool = True
+                ) -> ChunkSource:
+    """The chunk source for a report: the reader process for its costliest kinds when
+    ``use_reader``, the reader is available and free and the report is large enough; else
+    in-process. ``rows``: rows per kind (a plan's counts), counted now when None."""
+    if use_reader and reader.enabled():
+        chosen = reader_kinds(kinds, _table_rows(export, kinds) if rows is None else rows)
+        lease = reader.lease(export.path) if chosen else None
+        if lease is not None:
+            try:
+                return ReaderSource(export, lease, chosen, chunk_rows)
+            except BaseException:
+                lease.release()
+                raise
+    return InProcessSource(export, chunk_rows)
+
+
+def _weighed(kinds: Iterable[str]) -> set[str]:
+    """Table kinds the reader may read (inline-text kinds stay in-process) whose rows count."""
+    return {k for k in {*kinds, *_COST_INPUTS}
+            if not registry.get(k).derived and not registry.get(k).inline_text}
+
+
+def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:
+    """Rows per kind that ``reader_kinds`` weighs, before a plan exists (``COUNT(*)`` is cheap:
+    SQLite counts a table's b-tree pages without decoding rows)."""
+    return {kind: sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
+                      for (n,) in export.rows(
+                          f"SELECT COUNT(*) FROM {quote_identifier(src.table)}"))
+            for kind in _weighed(kinds)}
+
+
+def reader_kinds(kinds: list[str], rows: Mapping[str, int]) -> list[str]:
+    """The kinds the reader process reads (none for a small report), costliest first (the
+    order their queries start in); the rest are read in-process. ``rows``: rows per kind.
+
+    Cost estimate (``KindSpec.cost``): rows x (values fetched per row + 2) per table; a
+    derived kind's from its inputs' rows. Largest first, each one that keeps the reader
+    within its share (the largest always).
+    """
+    weighed = _weighed(kinds)
+    if sum(rows.get(k, 0) for k in weighed) < _READER_MIN_ROWS:
+        return []
+    costs = {k: registry.get(k).cost(rows) for k in kinds
+             if k in weighed or registry.get(k).derived}
+    total = sum(costs.values())
+    chosen: list[str] = []
+    taken = 0
+    for kind in sorted(costs, key=lambda k: (-costs[k], k)):
+        if not chosen or taken + costs[kind] <= _READER_SHARE * total:
+            chosen.append(kind)
+            taken += costs[kind]
+    return chosen

@@ -27,6 +27,7 @@ from prvstream.sinks.summary.records import (
     Metrics,
     SummaryRecord,
 )
+from prvstream.sinks.summary.verdict import judge
 
 __all__ = ["RecordViews"]
 
@@ -106,15 +107,16 @@ class RecordViews:
                              comm_ns=sum(r.comm_ns for r in v), metrics=metrics(v))
                     for k, v in sorted(by.items(), key=lambda kv: group_order(kv[0]))]
 
+        total = metrics(rows)
         return SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
             captured_ns=covered(spans, start, end) if captured else span,
             wall_ns=self._span[1] if self._span else 0, reports=self._reports,
             last_report=self._last_report,
-            metrics=metrics(rows), devices=rows, hosts=groups(hosts), ranks=groups(ranks),
+            metrics=total, devices=rows, hosts=groups(hosts), ranks=groups(ranks),
             window_ns=self.window_ns,
-            gap_threshold_ns=self.gap_threshold_ns)
+            gap_threshold_ns=self.gap_threshold_ns, verdict=judge(total, rows, span))
 
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)

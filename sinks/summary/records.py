@@ -12,11 +12,13 @@ from prvstream.sinks.logger import get_logger
 __all__ = [
     "DEFAULT_RECENT",
     "SCHEMA_VERSION",
+    "Culprit",
     "DeviceRow",
     "GroupRow",
     "Metrics",
     "SummaryRecord",
     "SummaryState",
+    "Verdict",
     "View",
     "decode_record",
     "decode_state",
@@ -72,6 +74,29 @@ class DeviceRow(msgspec.Struct, kw_only=True):
     captured_ns: int = 0
 
 
+class Culprit(msgspec.Struct, kw_only=True):
+    """The device that causes the dominant loss, and the process using it."""
+
+    host: str
+    device: int
+    rank: int | None = None
+    pid: int = 0
+
+
+class Verdict(msgspec.Struct, kw_only=True):
+    """The dominant loss of an interval and the device that causes it (schema 3)."""
+
+    #: "load imbalance", "communication", "orchestration", or "none" (all above 99.5%)
+    loss: str
+    #: the Metrics field of the loss ("" for none) and its value
+    metric: str = ""
+    value: float = 1.0
+    culprit: Culprit | None = None
+    #: one readable line, e.g. "load imbalance: rank 7 (node01 GPU 3) computes 25% longer
+    #: than the mean (LB 79.8%)"
+    text: str = ""
+
+
 class GroupRow(msgspec.Struct, kw_only=True):
     """Metrics over a subset of the devices (one host, or one rank) over the same interval."""
 
@@ -113,6 +138,8 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     ranks: list[GroupRow] = msgspec.field(default_factory=list)
     window_ns: int = 0
     gap_threshold_ns: int = 0
+    #: dominant loss and its culprit device (schema 3; None in older files)
+    verdict: Verdict | None = None
 
 
 class SummaryState(SummaryRecord, kw_only=True):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import Metrics, SummaryRecord, SummaryState
+from prvstream.sinks.summary.verdict import blame_order
 
 __all__ = ["pct", "render_table", "secs", "verdict"]
 
@@ -17,8 +18,11 @@ _LOSSES = (("load_balance", "load imbalance", "LB"),
            ("orchestration_efficiency", "orchestration", "OE"))
 
 
-def verdict(metrics: Metrics, span_ns: int = 1) -> str:
-    """One line naming the dominant loss: the smallest of LB, CE and OE."""
+def verdict(metrics: Metrics, span_ns: int = 1, record: SummaryRecord | None = None) -> str:
+    """One line naming the dominant loss (the smallest of LB, CE and OE) and, from a record's
+    verdict (schema 3), the device that causes it."""
+    if record is not None and record.verdict is not None and record.span_ns > 0:
+        return f"verdict: {record.verdict.text}"
     if span_ns <= 0:
         return "verdict: no data yet"
     field, label, short = min(_LOSSES, key=lambda x: getattr(metrics, x[0]))
@@ -46,7 +50,11 @@ def _metric_lines(m: Metrics) -> list[str]:
 
 
 def _device_table(record: SummaryRecord, limit: int) -> list[str]:
-    rows = sorted(record.devices, key=lambda d: (d.useful_ns, d.host, d.device))
+    if record.verdict is not None:
+        key = blame_order(record.verdict.loss, record.span_ns)
+        rows = sorted(record.devices, key=lambda d: (key(d), d.host))
+    else:
+        rows = sorted(record.devices, key=lambda d: (d.useful_ns, d.host, d.device))
     lines = [f"  {'host':<20} {'gpu':>3} {'rank':>5} {'useful':>7} {'comm':>7} {'idle':>7} "
              f"{'hidden':>7} {'gaps':>5} {'gap time':>10}"]
     for d in rows[:limit]:
@@ -95,10 +103,10 @@ def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40)
     if view == "cumulative":
         lines.append("cumulative:")
         lines += _metric_lines(state.metrics)
-        lines.append(verdict(state.metrics, state.span_ns))
+        lines.append(verdict(state.metrics, state.span_ns, state))
         if state.devices:
-            lines.append("devices (worst first; % of captured time; hidden = comm under "
-                         "compute):")
+            lines.append("devices (largest contribution to the loss first; % of captured "
+                         "time; hidden = comm under compute):")
             lines += _device_table(state, limit)
         return "\n".join(lines) + "\n"
     rows = state.windows if view == "window" else state.phases
@@ -113,6 +121,6 @@ def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40)
     lines.append(f"per {view}:{bound}")
     lines += _interval_table(rows, view == "phase", limit)
     latest = rows[-1]
-    lines.append(f"latest {view}: " + verdict(latest.metrics, latest.span_ns))
+    lines.append(f"latest {view}: " + verdict(latest.metrics, latest.span_ns, latest))
     return "\n".join(lines) + "\n"
 

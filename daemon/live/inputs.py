@@ -8,22 +8,51 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import msgspec
 
 from prvstream.sinks.errors import NotAnExport
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["InputChanged", "InputRefused", "inside", "open_input", "stat_input"]
+__all__ = [
+    "HEAD_BYTES",
+    "InputChanged",
+    "InputRefused",
+    "ReportIdentity",
+    "fingerprint",
+    "inside",
+    "open_input",
+    "report_identity",
+    "stat_input",
+]
 
 log = get_logger(__name__)
+
+#: bytes of an export hashed into its identity
+HEAD_BYTES = 64 * 1024
+#: SQLite's header: the page size is the big-endian u16 at offset 16 (1 means 65536)
+_PAGE_SIZE_AT = 16
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISDIR, "a directory"))
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class ReportIdentity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What makes one report file *this* report: a changed file is a different report."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    #: SHA-256 (hex) of the first 64 KiB
+    head_sha256: str
 
 
 class InputRefused(NotAnExport):
@@ -117,3 +146,28 @@ def stat_input(path: Path, root: str | os.PathLike[str] | None = None
     """``(device, inode, size, mtime_ns)`` of the report, opened safely (``open_input``)."""
     with open_input(path, root) as (_, st):
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def report_identity(path: Path, root: str | os.PathLike[str] | None = None) -> ReportIdentity:
+    """Identity of ``path``: device, inode, size, mtime and a hash of its first 64 KiB (opened
+    safely: ``InputRefused`` for anything but a regular file inside ``root``)."""
+    with open_input(path, root) as (fd, st):
+        head = os.pread(fd, HEAD_BYTES, 0)
+    return ReportIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size,
+                          mtime_ns=st.st_mtime_ns, head_sha256=hashlib.sha256(head).hexdigest())
+
+
+def fingerprint(path: Path, session_start_ns: int, processes: Iterable[tuple[str, int]],
+                root: str | os.PathLike[str] | None = None) -> str:
+    """What a report *is*, whatever its name or inode: SHA-256 of its SQLite header page, its
+    session start and the set of its (host, pid). A copy under another name has the same."""
+    with open_input(path, root) as (fd, _):
+        head = os.pread(fd, 100, 0)
+        size = int.from_bytes(head[_PAGE_SIZE_AT:_PAGE_SIZE_AT + 2], "big") if len(
+            head) >= _PAGE_SIZE_AT + 2 else 0
+        page = os.pread(fd, 65536 if size == 1 else max(size, 100), 0)
+    digest = hashlib.sha256(page)
+    digest.update(f"\n{session_start_ns}\n".encode())
+    for host, pid in sorted(set(processes)):
+        digest.update(f"{host}\0{pid}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()

@@ -13,11 +13,11 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal
 
 import msgspec
 
-from prvstream.daemon.service.readiness import ReportIdentity
+from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.stream.numbering import NumberingState
 from prvstream.sinks.errors import (
     JournalCorrupt,
@@ -32,6 +32,7 @@ __all__ = [
     "JOURNAL_VERSION",
     "OUTPUT_LOCK",
     "OWNED_MARKER",
+    "Duplicate",
     "JobJournal",
     "JournalState",
     "OutputDir",
@@ -77,6 +78,20 @@ class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     wall_start_ns: int = 0
     wall_end_ns: int = 0
     committed_ns: int = 0
+    #: what the report is whatever its name (``inputs.fingerprint``); "" in old journals
+    fingerprint: str = ""
+    #: its kept link or clone (``kept.keep``), read instead of ``path`` once committed
+    kept: str = ""
+
+
+class Duplicate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A file whose content is already in the trace under another name: never appended."""
+
+    path: str
+    identity: ReportIdentity
+    #: name of the committed report it duplicates
+    of: str
+    time_ns: int
 
 
 class Quarantined(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -109,12 +124,38 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     quarantined: list[Quarantined] = msgspec.field(default_factory=list)
     finalized: bool = False
     updated_ns: int = 0
-    #: room for a sink's own small state, keyed by sink name
-    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: the largest record time in the live trace (its header's end time)
+    end_time: int = 0
+    #: inode of the committed ``.prv`` (a rewrite renamed into place but never committed
+    #: leaves another inode behind)
+    prv_inode: int | None = None
+    duplicates: list[Duplicate] = msgspec.field(default_factory=list)
 
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(JournalState)
+
+
+def _decode(raw: bytes) -> JournalState:
+    try:
+        return _decoder.decode(raw)
+    except msgspec.ValidationError:
+        try:  # a journal of the first release: its ``extra`` dict becomes typed fields
+            return _migrate(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+            pass
+        raise
+
+
+def _migrate(raw: bytes) -> JournalState:
+    """A journal that kept ``end_time`` and ``prv_inode`` in an untyped ``extra`` dict."""
+    data = msgspec.json.decode(raw)
+    if not isinstance(data, dict) or "extra" not in data:
+        raise TypeError("not a journal of the first release")
+    extra = data.pop("extra") or {}
+    data["end_time"] = int(extra.get("end_time", 0))
+    data["prv_inode"] = extra.get("prv_inode")
+    return msgspec.convert(data, JournalState)
 
 
 # ------------------------------------------------------------------------------- file system
@@ -174,7 +215,7 @@ class JobJournal:
                 f"journal {path} cannot be read ({exc}); fix its permissions or move it "
                 f"aside (mv {path} {path}.bad) and restart") from exc
         try:
-            state = _decoder.decode(raw)
+            state = _decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise JournalCorrupt(
                 f"journal {path} is corrupt ({exc}); move it aside (mv {path} {path}.bad) and "
@@ -231,12 +272,30 @@ class JobJournal:
     def has_report(self, identity: ReportIdentity) -> bool:
         return identity in self._identities
 
+    def report_with(self, fingerprint: str) -> ReportEntry | None:
+        """The committed report with this content fingerprint, if any."""
+        return self._fingerprints.get(fingerprint) if fingerprint else None
+
+    def is_duplicate(self, path: str | os.PathLike[str], identity: ReportIdentity) -> bool:
+        return (os.fspath(path), identity) in self._duplicates
+
+    def add_duplicate(self, path: str | os.PathLike[str], identity: ReportIdentity,
+                      of: str) -> None:
+        """Record that ``path`` holds a committed report's content (then :meth:`commit`)."""
+        key = os.fspath(path)
+        self.state.duplicates = [d for d in self.state.duplicates if d.path != key]
+        self.state.duplicates.append(Duplicate(path=key, identity=identity, of=of,
+                                               time_ns=time.time_ns()))
+        self._reindex()
+
     def add_report(self, entry: ReportEntry) -> None:
         """Record a report whose block is durably in the .prv (then :meth:`commit`)."""
         if not entry.committed_ns:
             entry.committed_ns = time.time_ns()
         self.state.reports.append(entry)
         self._identities.add(entry.identity)
+        if entry.fingerprint:
+            self._fingerprints[entry.fingerprint] = entry
 
     def is_quarantined(self, path: str | os.PathLike[str],
                        identity: ReportIdentity | None = None) -> bool:
@@ -261,6 +320,8 @@ class JobJournal:
 
     def _reindex(self) -> None:
         self._identities = {r.identity for r in self.state.reports}
+        self._fingerprints = {r.fingerprint: r for r in self.state.reports if r.fingerprint}
+        self._duplicates = {(d.path, d.identity) for d in self.state.duplicates}
         self._quarantine = {q.path: q for q in self.state.quarantined}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.live.inputs import InputChanged, stat_input
+from prvstream.daemon.live.inputs import InputChanged, ReportIdentity, fingerprint, stat_input
 from prvstream.daemon.live.journal import (
     JobJournal,
     JournalState,
@@ -28,7 +28,7 @@ from prvstream.daemon.live.journal import (
     ReportEntry,
     ThreadTime,
 )
-from prvstream.daemon.service.readiness import ReportIdentity
+from prvstream.daemon.live.kept import keep, source_of
 from prvstream.daemon.stream.batch import (
     ConvertResult,
     event_types,
@@ -38,7 +38,13 @@ from prvstream.daemon.stream.batch import (
 )
 from prvstream.daemon.stream.merge import KEY_TIME
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
-from prvstream.daemon.stream.pipeline import PreparedReport, prepare, report_context, report_stream
+from prvstream.daemon.stream.pipeline import (
+    PreparedReport,
+    objects_of,
+    prepare,
+    report_context,
+    report_stream,
+)
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
@@ -47,7 +53,8 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
-__all__ = ["AppendInterrupted", "AppendResult", "LiveTrace", "output_dir_for"]
+__all__ = ["AppendInterrupted", "AppendResult", "DuplicateReport", "LiveTrace",
+           "output_dir_for"]
 
 log = get_logger(__name__)
 
@@ -72,6 +79,14 @@ class AppendResult:
     compacted: bool
     seconds: float
     prv_length: int
+
+
+class DuplicateReport(PrvstreamError):
+    """The report's content is already in the trace under another name."""
+
+    def __init__(self, message: str, *, of: str) -> None:
+        super().__init__(message)
+        self.of = of
 
 
 class AppendInterrupted(Exception):
@@ -146,7 +161,7 @@ class LiveTrace:
 
     @property
     def end_time(self) -> int:
-        return int(self.journal.state.extra.get("end_time", 0))
+        return self.journal.state.end_time
 
     # -- recovery ------------------------------------------------------------------------
     def recover(self, *, refeed: bool = True) -> None:
@@ -191,15 +206,15 @@ class LiveTrace:
 
     def _prv_is_committed(self) -> bool:
         """Is the ``.prv`` on disk the file the journal last described (same inode)?"""
-        inode = self.journal.state.extra.get("prv_inode")
+        inode = self.journal.state.prv_inode
         return inode is None or not self.prv.exists() or self.prv.stat().st_ino == inode
 
     def _remember_prv(self) -> None:
         """Record the ``.prv``'s inode for the next journal commit (rewrites change it)."""
         if self.prv.exists():
-            self.journal.state.extra["prv_inode"] = self.prv.stat().st_ino
+            self.journal.state.prv_inode = self.prv.stat().st_ino
         else:
-            self.journal.state.extra.pop("prv_inode", None)
+            self.journal.state.prv_inode = None
 
     def _refeed_model(self) -> None:
         """Rebuild the efficiency model from the committed reports (their sources)."""
@@ -210,7 +225,7 @@ class LiveTrace:
         scratch = Numbering(_copy_numbering(state.numbering))
         for index, entry in enumerate(state.reports):
             try:
-                rep = prepare(Path(entry.path), self.settings.kinds or None)
+                rep = prepare(self._committed_source(entry), self.settings.kinds or None)
             except (PrvstreamError, OSError) as exc:
                 log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
                 continue
@@ -309,6 +324,14 @@ class LiveTrace:
         rep = prepare(path, self.settings.kinds or None)
         try:  # SQLite opened it by name: is that name still the file that was checked?
             self._same_file(path, identity)
+            fp = fingerprint(path, rep.wall_start,
+                             ((host, pid) for host, pid, *_ in objects_of(rep)),
+                             state.root or None)
+            same = self.journal.report_with(fp)
+            if same is not None:
+                raise DuplicateReport(
+                    f"{path} holds the same report as {same.name}, already in the trace; it "
+                    "is not appended twice (remove one of the two copies)", of=same.name)
         except BaseException:
             rep.close()
             raise
@@ -335,7 +358,8 @@ class LiveTrace:
             self._model_fed = True
             spool.replay(self.model)
             self._publish_summary()
-            self._record_report(rep, identity, records)
+            kept = keep(path, self.out.path, fp, state.root or None)
+            self._record_report(rep, identity, records, fp, kept)
             self._remember_prv()
             self.journal.commit()
         finally:
@@ -356,8 +380,28 @@ class LiveTrace:
         if found != (identity.device, identity.inode, identity.size, identity.mtime_ns):
             raise InputChanged(f"{path} changed after it was checked; it will be checked again")
 
-    def _record_report(self, rep: PreparedReport, identity: ReportIdentity, records: int
-                       ) -> None:
+    def _committed_source(self, entry: ReportEntry) -> Path:
+        """The file holding a committed report: its kept copy, else the original if it is
+        still the same content (a different file at that path is a new report, never a
+        silent replacement)."""
+        source = source_of(entry.path, entry.kept)
+        if source != Path(entry.path) or not entry.fingerprint:
+            return source
+        rep = prepare(source, self.settings.kinds or None)
+        try:
+            found = fingerprint(source, rep.wall_start,
+                                ((h, p) for h, p, *_ in objects_of(rep)),
+                                self.journal.state.root or None)
+        finally:
+            rep.close()
+        if found != entry.fingerprint:
+            raise NotAnExport(
+                f"committed report {entry.path} was replaced by another file and no copy of "
+                "it was kept; restore it (the new file is taken as a new report)")
+        return source
+
+    def _record_report(self, rep: PreparedReport, identity: ReportIdentity, records: int,
+                       fp: str, kept: str) -> None:
         state = self.journal.state
         start, end = self._last_block
         entry = ReportEntry(
@@ -365,7 +409,8 @@ class LiveTrace:
             block_end=end, records=records,
             thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
                          for k, t in sorted(self._block_threads.items())],
-            wall_start_ns=rep.wall_start, wall_end_ns=rep.wall_end,
+            wall_start_ns=rep.wall_start, wall_end_ns=rep.wall_end, fingerprint=fp,
+            kept=kept,
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
@@ -415,7 +460,7 @@ class LiveTrace:
                 self._restore_numbering(saved)
                 raise
         state.prv_length = length
-        state.extra["end_time"] = end_time
+        state.end_time = end_time
         for key, t in block_threads.items():
             self.thread_last[key] = max(self.thread_last.get(key, -1), t)
         self._block_threads = block_threads
@@ -451,7 +496,8 @@ class LiveTrace:
         try:
             for entry in state.reports:
                 try:
-                    reports.append(prepare(Path(entry.path), self.settings.kinds or None))
+                    reports.append(prepare(self._committed_source(entry),
+                                           self.settings.kinds or None))
                 except (PrvstreamError, OSError) as exc:
                     raise NotAnExport(
                         f"cannot rewrite {self.prv}: committed report {entry.path} is no "
@@ -484,7 +530,7 @@ class LiveTrace:
         state.origin_wall_ns = result.origin
         state.header_capacity = header_len
         state.prv_length = self.prv.stat().st_size
-        state.extra["end_time"] = result.end_time
+        state.end_time = result.end_time
         for entry in state.reports:
             entry.block_start, entry.block_end = header_len, state.prv_length
         self.thread_last = dict(thread_last)

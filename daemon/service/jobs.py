@@ -20,11 +20,21 @@ import anyio.abc
 import msgspec
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.live.inputs import InputChanged, InputRefused
+from prvstream.daemon.live.inputs import (
+    InputChanged,
+    InputRefused,
+    ReportIdentity,
+    report_identity,
+)
 from prvstream.daemon.live.journal import JobJournal
-from prvstream.daemon.live.livetrace import AppendInterrupted, LiveTrace, output_dir_for
+from prvstream.daemon.live.livetrace import (
+    AppendInterrupted,
+    DuplicateReport,
+    LiveTrace,
+    output_dir_for,
+)
 from prvstream.daemon.service.faults import Health, classify
-from prvstream.daemon.service.readiness import Ready, ReportIdentity, report_identity
+from prvstream.daemon.service.readiness import Ready
 from prvstream.sinks.errors import JournalCorrupt, OutputLocked, StateDirUnusable
 from prvstream.sinks.logger import get_logger
 
@@ -49,6 +59,8 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     next_retry_ns: int = 0
     #: reports ready and waiting for the output side
     pending: int = 0
+    #: files holding a report already in the trace under another name (path, of)
+    duplicates: list[dict[str, str]] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -149,8 +161,9 @@ class Job:
                         continue
                     await self._sleep_until_retry()
                     continue
-                self.backlog.popleft()
-                self.last_change = time.monotonic()
+                done = self.backlog.popleft()
+                if not isinstance(done, Finalize):  # a failed finalize waits for a change
+                    self.last_change = time.monotonic()
                 self.shared.changed()
         finally:
             self.close()
@@ -235,6 +248,10 @@ class Job:
         except AppendInterrupted:
             log.info("append_rolled_back", job=str(self.job_dir))
             return True
+        except DuplicateReport as exc:
+            assert isinstance(item, Append)
+            await anyio.to_thread.run_sync(self._duplicate, item, exc)
+            return True
         except InputChanged as exc:  # discovery hands it to readiness again
             log.info("report_changed_before_append", job=str(self.job_dir), error=str(exc))
             return True
@@ -284,7 +301,8 @@ class Job:
         identity = item.ready.identity
         if self.shared.stopping() or journal.has_report(identity):
             return
-        if journal.is_quarantined(item.path, identity):
+        if journal.is_quarantined(item.path, identity) or journal.is_duplicate(item.path,
+                                                                                identity):
             return
         def work() -> None:
             trace.append(item.path, identity)
@@ -293,6 +311,15 @@ class Job:
         async with self.shared.limiter:
             await anyio.to_thread.run_sync(work)
         self.shared.appended(self, item.path)
+
+    def _duplicate(self, item: Append, exc: DuplicateReport) -> None:
+        """(worker thread) Record a second copy of a committed report: never appended."""
+        assert self.journal is not None
+        self.journal.add_duplicate(item.path, item.ready.identity, exc.of)
+        self.journal.commit()
+        log.warning("report_duplicate", job=str(self.job_dir), path=str(item.path),
+                    of=exc.of, reason=str(exc))
+        self._write_status(landed=1)
 
     def _set_aside(self, path: Path, reason: str, identity: ReportIdentity | None) -> None:
         """(worker thread) Record ``path`` as set aside, once per identity."""
@@ -357,7 +384,8 @@ class Job:
             quarantined=[{"path": q.path, "reason": q.reason} for q in state.quarantined],
             updated_ns=time.time_ns(), state=self.health.state, reason=self.health.reason,
             next_retry_ns=self.health.next_retry_ns,
-            pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed)
+            pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed,
+            duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates])
         try:
             trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
         except OSError as exc:

@@ -4,7 +4,6 @@ the final ``EXPORT_TIME`` metadata row; plus report identities and ``nsys export
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -15,7 +14,13 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from prvstream.daemon.live.inputs import InputRefused, open_input
+from prvstream.daemon.live.inputs import (
+    HEAD_BYTES,
+    InputRefused,
+    ReportIdentity,
+    open_input,
+    report_identity,
+)
 from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import ExportIncomplete
 from prvstream.sinks.logger import get_logger
@@ -38,9 +43,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: bytes of an export hashed into its identity
-HEAD_BYTES = 64 * 1024
-
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 #: seconds one readiness check may take before it is abandoned and retried later
@@ -50,17 +52,6 @@ _CHECK_THREADS = 8
 _check_pool: anyio.CapacityLimiter | None = None
 #: siblings that mean "a writer is in the middle of a transaction"
 _BUSY_SUFFIXES = ("-journal", "-wal")
-
-
-class ReportIdentity(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What makes one report file *this* report: a changed file is a different report."""
-
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
-    #: SHA-256 (hex) of the first 64 KiB
-    head_sha256: str
 
 
 class Ready(msgspec.Struct, frozen=True, tag="ready"):
@@ -97,15 +88,6 @@ def stat_signature(path: Path) -> tuple[int, int, int, int]:
     """``(device, inode, size, mtime_ns)`` of ``path`` itself (a symlink is not followed)."""
     st = os.lstat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def report_identity(path: Path, root: str | os.PathLike[str] | None = None) -> ReportIdentity:
-    """Identity of ``path``: device, inode, size, mtime and a hash of its first 64 KiB (opened
-    safely: ``InputRefused`` for anything but a regular file inside ``root``)."""
-    with open_input(path, root) as (fd, st):
-        head = os.pread(fd, HEAD_BYTES, 0)
-    return ReportIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size,
-                          mtime_ns=st.st_mtime_ns, head_sha256=hashlib.sha256(head).hexdigest())
 
 
 def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verdict:

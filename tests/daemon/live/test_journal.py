@@ -204,3 +204,13 @@ def test_open_does_not_follow_a_symlink_planted_after_the_check(tmp_path: Path) 
     with pytest.raises(OutputConflict):
         out.open("t.prv")
     assert victim.read_text() == "keep"
+
+
+def test_a_first_release_journal_with_extra_is_read(tmp_path: Path) -> None:
+    """Journals written before the typed fields kept them in an ``extra`` dict."""
+    path = tmp_path / "old.json"
+    path.write_bytes(b'{"version": 1, "job_dir": "/x", "extra": {"end_time": 42, '
+                     b'"prv_inode": 7}}')
+    journal = JobJournal.load(path)
+    assert journal is not None
+    assert (journal.state.end_time, journal.state.prv_inode) == (42, 7)

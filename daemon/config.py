@@ -8,6 +8,7 @@ a bad value raises ``ConfigError`` naming the offending key.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,12 +20,59 @@ from prvstream.daemon.kinds.names import ALL_KINDS
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["ALL_KINDS", "Settings", "default_state_dir", "load_settings"]
+__all__ = [
+    "ALL_KINDS",
+    "FLAGS",
+    "USER_KINDS",
+    "Settings",
+    "default_state_dir",
+    "load_settings",
+    "parse_kinds",
+    "user_kind",
+]
 
 log = get_logger(__name__)
 
 
+#: what people call a kind where it differs from the internal name: Paraver communication
+#: records are "links" (arrows) in everything a user reads; "communication" means time
+_USER_NAMES = {"comm": "links"}
+_INTERNAL = {v: k for k, v in _USER_NAMES.items()}
+
+#: the kinds as ``--trace`` and ``PRVSTREAM_KINDS`` spell them
+USER_KINDS: tuple[str, ...] = tuple(_USER_NAMES.get(k, k) for k in ALL_KINDS)
+
+#: the command-line flag that sets each setting (settings without one: file and environment)
+FLAGS: dict[str, str] = {
+    "chunk_rows": "--chunk-rows", "fan_in": "--fan-in", "kinds": "--trace", "poll": "--poll",
+    "settle": "--settle", "idle_finalize": "--idle-finalize", "workers": "--workers",
+    "state_dir": "--state", "out_dir": "--out", "log_level": "--log-level",
+    "log_json": "--log-json",
+}
+
 LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+def user_kind(kind: str) -> str:
+    """The name a person reads for an internal kind (``comm`` -> ``links``)."""
+    return _USER_NAMES.get(kind, kind)
+
+
+def parse_kinds(text: str | list[str]) -> list[str]:
+    """``kernel,links,...`` (or a list) as internal kind names; raise ``ConfigError`` listing
+    the valid names for an unknown one (``comm`` is accepted for ``links``)."""
+    names = text.split(",") if isinstance(text, str) else [str(k) for k in text]
+    kinds: list[str] = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        kind = _INTERNAL.get(name, name)
+        if kind not in ALL_KINDS:
+            raise ConfigError(f"unknown data kind {name!r}; choose from {', '.join(USER_KINDS)}")
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
 
 
 def default_state_dir() -> str:
@@ -70,7 +118,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     summary_recent: int = 64
     #: bytes reserved for the .prv header so that it can be rewritten in place
     header_capacity: int = 4096
-    log_level: LogLevel = "info"
+    #: unset: warning for commands a person runs, info for the daemon
+    log_level: LogLevel | None = None
+    #: unset: readable for commands a person runs; the daemon writes JSON under systemd or
+    #: when stderr is not a terminal
     log_json: bool | None = None
     #: where ``prvstream summary --prom-file`` style output goes for the daemon ("" = off)
     prom_file: str = ""
@@ -91,12 +142,19 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         ]
         for key, ok, why in checks:
             if not ok:
-                raise ConfigError(f"setting {key!r} {why} (got {getattr(self, key)!r})")
+                raise _BadValue(key, why, getattr(self, key))
         unknown = sorted(set(self.kinds) - set(ALL_KINDS))
         if unknown:
-            raise ConfigError(
-                f"setting 'kinds' names unknown data kinds {unknown}; choose from {list(ALL_KINDS)}"
-            )
+            raise _BadValue("kinds", f"names unknown data kinds; choose from "
+                            f"{', '.join(USER_KINDS)}", unknown)
+
+
+class _BadValue(ConfigError):
+    """A setting out of range; ``load_settings`` says where the value came from."""
+
+    def __init__(self, key: str, why: str, value: object) -> None:
+        super().__init__(f"setting {key!r} {why} (got {value!r})")
+        self.key, self.why, self.value = key, why, value
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
@@ -110,14 +168,45 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         if raw is None:
             continue
         if name == "kinds":
-            found[name] = [k.strip() for k in raw.split(",") if k.strip()]
+            found[name] = raw  # checked by parse_kinds in load_settings
             continue
         try:
             found[name] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             found[name] = raw
-    # watchfiles-style switch: PRVSTREAM_POLL=1 means "poll every second"
     return found
+
+
+#: msgspec's type names in the words of a person writing a value
+_EXPECTED = {"float": "a number", "int": "a whole number", "bool": "true or false",
+             "str": "text in quotes (in the config file)", "array": "a list"}
+
+
+def _where(key: str, origin: str, value: object) -> str:
+    """Where a value came from, as the person wrote it."""
+    if origin == "flag":
+        return FLAGS.get(key, key)
+    if origin == "env":
+        return f"PRVSTREAM_{key.upper()}={value}"
+    return f"{key} = {value!r} in {origin}"
+
+
+def _describe(exc: msgspec.ValidationError, origins: Mapping[str, str],
+              merged: Mapping[str, Any]) -> str:
+    """A msgspec validation message in the user's words, naming the flag or variable."""
+    text = str(exc)
+    match = re.search(r"at `\$\.(\w+)", text)
+    if match is None:
+        return f"invalid configuration: {text}"
+    key = match.group(1)
+    want = re.match(r"Expected `([^`]+)`", text)
+    why = text.split(" - at ")[0]
+    if want is not None:
+        types = [_EXPECTED.get(t.strip(), t.strip()) for t in want.group(1).split("|")
+                 if t.strip() != "null"]
+        why = "must be " + " or ".join(types)
+    return f"{_where(key, origins.get(key, 'default'), merged.get(key))}: {why}"
+
 
 
 def load_settings(config_file: str | os.PathLike[str] | None = None,
@@ -125,6 +214,7 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> Settings:
     """Build and validate the settings; raise ``ConfigError`` naming the bad key."""
     merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     if config_file is not None:
         path = Path(config_file)
         try:
@@ -135,15 +225,31 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
         # accept both a flat file and a [prvstream] table
-        merged.update(data.get("prvstream", data))
-    merged.update(_env_overrides(os.environ if environ is None else environ))
-    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        from_file = data.get("prvstream", data)
+        merged.update(from_file)
+        origins.update(dict.fromkeys(from_file, f"config file {path}"))
+    from_env = _env_overrides(os.environ if environ is None else environ)
+    merged.update(from_env)
+    origins.update(dict.fromkeys(from_env, "env"))
+    from_flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged.update(from_flags)
+    origins.update(dict.fromkeys(from_flags, "flag"))
     unknown = sorted(set(merged) - set(_FIELDS))
     if unknown:
         raise ConfigError(
-            f"unknown setting(s) {unknown}; known settings are {sorted(_FIELDS)}"
+            f"unknown setting(s) {unknown} in {origins.get(unknown[0], 'the settings')}; "
+            f"known settings are {', '.join(sorted(_FIELDS))}"
         )
+    if "kinds" in merged:
+        try:
+            merged["kinds"] = parse_kinds(merged["kinds"])
+        except ConfigError as exc:
+            where = _where("kinds", origins["kinds"], merged["kinds"])
+            raise ConfigError(f"{where}: {exc}") from None
     try:
         return msgspec.convert(merged, Settings, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+        raise ConfigError(_describe(exc, origins, merged)) from exc
+    except _BadValue as exc:
+        where = _where(exc.key, origins.get(exc.key, "default"), merged.get(exc.key))
+        raise ConfigError(f"{where}: {exc.why}") from exc

@@ -84,6 +84,9 @@ class ReportInfo(msgspec.Struct, forbid_unknown_fields=True):
     end_ns: int
     #: names of the NVTX ranges selected as phases (PHASE_DTYPE.name indexes this)
     phase_names: list[str] = msgspec.field(default_factory=list)
+    #: what a reader of the summary should know about this export (e.g. a clock not used);
+    #: the summary lists each distinct note once, with the reports it applies to
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class Sink(Protocol):

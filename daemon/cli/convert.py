@@ -9,13 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from prvstream.daemon.config import Settings
-from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.config import Settings, user_kind
+from prvstream.daemon.stream.batch import ConvertResult, convert
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.files import atomic_write
-from prvstream.sinks.summary import encode_record
+from prvstream.sinks.summary import SummaryState, encode_record, verdict
 
-__all__ = ["run"]
+__all__ = ["closing_block", "run"]
 
 
 class _Progress:
@@ -43,6 +43,51 @@ class _Progress:
         sys.stderr.flush()
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _records_line(result: ConvertResult, prv: Path) -> str:
+    """``N records = a kernel + b links + ...``: per-kind Paraver records that add up."""
+    parts = " + ".join(f"{n:,} {user_kind(k)}" for k, n in
+                       sorted(result.kind_records.items(), key=lambda kv: (-kv[1], kv[0])) if n)
+    skipped = f" ({_plural(len(result.failed), 'input')} skipped)" if result.failed else ""
+    return (f"prvstream: {_plural(len(result.reports), 'report')}{skipped} -> {prv}: "
+            f"{_plural(result.records, 'record')}" + (f" = {parts}" if parts else "")
+            + f"; span {result.end_time / 1e9:.3f} s, converted in {result.seconds:.2f} s")
+
+
+def _verdict_text(state: SummaryState) -> str:
+    """The state's verdict with its culprit when the summary has one, else the dominant loss."""
+    found = getattr(state, "verdict", None)
+    text = getattr(found, "text", None) if found is not None else None
+    if isinstance(found, str) and found:
+        text = found
+    if not text:
+        text = verdict(state.metrics, state.span_ns)
+    return " ".join(str(text).removeprefix("verdict: ").split())
+
+
+def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
+    """What ``convert`` prints on success: the records, the efficiency and where things are."""
+    m = state.metrics
+    prv, summary = f"{out}.prv", f"{out}.summary.json"
+    lines = [
+        _records_line(result, Path(prv)),
+        f"  efficiency  PE {100 * m.parallel_efficiency:.1f}% = LB "
+        f"{100 * m.load_balance:.1f}% x CE {100 * m.communication_efficiency:.1f}% x OE "
+        f"{100 * m.orchestration_efficiency:.1f}% over "
+        f"{_plural(len(state.devices), 'GPU')}",
+        f"  verdict     {_verdict_text(state)}",
+        f"  files       {out}.prv/.pcf/.row (wxparaver {prv}); {summary}(l) "
+        f"(prvstream summary {summary})",
+    ]
+    if state.notes:
+        lines.append(f"  notes       {_plural(len(state.notes), 'note')} about the inputs: "
+                     f"prvstream summary {summary}")
+    return "\n".join(lines) + "\n"
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream convert``."""
     out = Path(args.output)
@@ -50,7 +95,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if out.name.endswith(suffix):
             out = out.with_name(out.name[: -len(suffix)])
     progress = None
-    if sys.stderr.isatty() and not args.no_progress:
+    if sys.stderr.isatty() and not args.no_progress and not args.quiet:
         progress = _Progress()
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
                             gap_threshold_ns=settings.gap_threshold_ns,
@@ -63,14 +108,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if progress is not None:
             progress.close()
     summary_path = out.with_name(out.name + ".summary.json")
-    atomic_write(summary_path, encode_record(model.state()))
+    state = model.state()
+    atomic_write(summary_path, encode_record(state))
     result.outputs += [str(summary_path), str(history)]
-    rows = ", ".join(f"{k}={v}" for k, v in sorted(result.rows.items()))
-    sys.stdout.write(
-        f"prvstream: {len(result.reports)} report(s) -> {out}.prv "
-        f"({result.records:,} records; {rows}); span {result.end_time / 1e9:.3f} s; "
-        f"{result.seconds:.2f} s wall\n"
-    )
-    for path_text, reason in result.failed:
-        sys.stdout.write(f"prvstream: skipped {path_text}: {reason}\n")
+    if not args.quiet:
+        sys.stdout.write(closing_block(result, state, out))
     return 1 if result.failed else 0

@@ -11,7 +11,6 @@ import anyio
 import msgspec
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.logs import configure_logging
 from prvstream.daemon.synthetic.demo import demo_job, say
 from prvstream.sinks.summary import decode_state, render_table
 
@@ -20,8 +19,6 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream demo``."""
-    if args.log_level is None:
-        configure_logging("warning", json=settings.log_json)
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="prvstream-demo-"))
     settings = msgspec.structs.replace(
         settings, settle=0.3, state_dir=str(base / "state"), idle_finalize=0.0, out_dir="")

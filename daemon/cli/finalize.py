@@ -7,14 +7,22 @@ import sys
 from pathlib import Path
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.live.finalize import finalize_job
+from prvstream.daemon.live.finalize import finalize_job, find_journal
+from prvstream.sinks.errors import OutputLocked
 
 __all__ = ["run"]
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream finalize``."""
-    trace = finalize_job(Path(args.target), settings)
+    try:
+        trace = finalize_job(Path(args.target), settings)
+    except OutputLocked as exc:
+        job = Path(find_journal(Path(args.target), settings.state_dir).state.job_dir)
+        raise OutputLocked(
+            f"the daemon is running job {job} and finalizes it itself when told: touch "
+            f"{job / 'prvstream.done'} (or stop the daemon, then run prvstream finalize "
+            "again)") from exc
     sys.stdout.write(f"prvstream: finalized {trace.prv} "
                      f"({len(trace.journal.state.reports)} report(s))\n")
     return 0

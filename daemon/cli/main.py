@@ -24,6 +24,19 @@ __all__ = ["cli", "main"]
 
 log = get_logger(__name__)
 
+# The settings module is imported only when a command runs, so that --version stays fast;
+# tests check that these copies match it.
+#: the data kinds as --trace spells them (``config.USER_KINDS``: Paraver communication
+#: records are "links" to a person)
+_KINDS = tuple("links" if k == "comm" else k for k in ALL_KINDS)
+#: built-in values of the settings that have flags, shown in --help (``config.Settings``)
+_DEFAULTS: dict[str, object] = {
+    "chunk_rows": 2048, "fan_in": 16, "poll": 0.0, "settle": 5.0, "idle_finalize": 900.0,
+    "workers": 2,
+    "state_dir": "$STATE_DIRECTORY, else $XDG_STATE_HOME/prvstream, else "
+                 "~/.local/state/prvstream",
+}
+
 #: subcommand -> module whose ``run(args, settings) -> int`` does the work
 _HANDLERS = {
     "convert": "prvstream.daemon.cli.convert",
@@ -33,12 +46,23 @@ _HANDLERS = {
     "synth": "prvstream.daemon.cli.synth",
     "demo": "prvstream.daemon.cli.demo",
     "bench": "prvstream.daemon.cli.bench",
+    "completion": "prvstream.daemon.cli.completion",
 }
 
+#: commands run by a service manager rather than a person (JSON logs off a terminal)
+_SERVICE_COMMANDS = frozenset({"watch"})
 
-#: the data kinds ``--trace`` documents (``kinds.names`` imports nothing heavy: the settings
-#: module is imported only when a command runs, so that ``--version`` stays fast)
-_KINDS = ALL_KINDS
+_TOUR = """\
+commands (prvstream COMMAND --help for each one's options):
+  demo        a synthetic job converted live: start here     prvstream demo
+  convert     exports -> one Paraver trace + efficiency      prvstream convert run/*.sqlite -o run
+  summary     a job's or a conversion's GPU efficiency       prvstream summary run.summary.json
+  watch       the daemon: traces grow as reports land        prvstream watch /scratch/profiles
+  finalize    compact a job's live trace (canonical form)    prvstream finalize /scratch/profiles/42
+  synth       synthetic exports with the real nsys schema    prvstream synth /tmp/job --ranks 4
+  bench       conversion speed, memory and live lag          prvstream bench --rows 100000
+  completion  shell completion script                        prvstream completion bash
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +72,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, when it has one worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default:" in text or "%(default)" in text or action.option_strings == []:
+            return text
+        if action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _TourFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: the tour keeps its columns."""
+
+
+def _default(key: str) -> str:
+    """``(default: X)`` for a flag backed by a setting: the built-in value (a --config file
+    or a PRVSTREAM_<KEY> variable overrides it)."""
+    return f"(default: {_DEFAULTS[key]}; or {key} in --config, PRVSTREAM_{key.upper()})"
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -55,55 +101,86 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _kinds(text: str) -> list[str]:
+    from prvstream.daemon.config import parse_kinds
+    from prvstream.sinks.errors import ConfigError
+
+    try:
+        return parse_kinds(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="TOML settings file (see systemd/prvstream.toml.example)")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None,
+                   help="least severe log events shown (default: warning; info for watch)")
     p.add_argument("--log-json", action="store_true", default=None,
-                   help="log JSON lines even on a terminal")
+                   help="log JSON lines (default: readable lines; watch writes JSON under "
+                        "systemd or when stderr is not a terminal)")
+
+
+def _add(sub: Any, name: str, description: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, description=description, formatter_class=_HelpFormatter)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, so that tests and docs can inspect it."""
+    """The whole command line, so that tests, docs and shell completion can inspect it."""
     parser = _Parser(
-        prog="prvstream",
-        description="Turn Nsight Systems SQLite exports into Paraver traces and GPU "
-                    "efficiency summaries, live while the job runs.",
+        prog="prvstream", usage="prvstream [-h] [--version] COMMAND [ARGS...]",
+        description="Turn Nsight Systems SQLite exports into Paraver traces and GPU\n"
+                    "efficiency summaries, live while the job runs.\n\n" + _TOUR,
+        formatter_class=_TourFormatter,
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0,
                         help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
+                                parser_class=_Parser, help=argparse.SUPPRESS, prog="prvstream")
 
-    p = sub.add_parser("convert", help="convert exports into one Paraver trace (batch)",
-                       description="Convert one or more Nsight Systems SQLite exports (files, "
-                       "directories of exports, or .nsys-rep with nsys on PATH) into one "
-                       "globally sorted Paraver trace OUT.prv/.pcf/.row and OUT.summary.json.")
-    p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p = _add(sub, "convert", "Convert one or more Nsight Systems SQLite exports (files, "
+             "directories of exports, or .nsys-rep with nsys on PATH) into one globally "
+             "sorted Paraver trace OUT.prv/.pcf/.row and OUT.summary.json, then print the "
+             "records written and the efficiency (PE, LB, CE, OE and the verdict).")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help=".sqlite export, directory of exports, or .nsys-rep")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output path without extension")
-    p.add_argument("--trace", metavar="KINDS",
-                   help=f"comma-separated data kinds to convert (default: all present): "
-                        f"{','.join(_KINDS)}")
-    p.add_argument("--chunk-rows", type=_positive_int, help="rows per SQLite fetch")
-    p.add_argument("--fan-in", type=_positive_int, help="most runs merged at once")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on a TTY")
+                   help="output path without extension (OUT.prv, OUT.pcf, ...)")
+    p.add_argument("--trace", metavar="KINDS", type=_kinds,
+                   help=f"comma-separated data kinds to convert, from: {', '.join(_KINDS)} "
+                        "(default: every kind present)")
+    p.add_argument("--chunk-rows", type=_positive_int, metavar="N",
+                   help=f"rows per SQLite fetch; memory grows with it {_default('chunk_rows')}")
+    p.add_argument("--fan-in", type=_positive_int, metavar="N",
+                   help=f"most runs merged at once {_default('fan_in')}")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is shown only on a terminal)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print nothing on success (errors still go to stderr)")
     _common(p)
 
-    p = sub.add_parser("watch", help="run the daemon: watch job directories, grow traces live",
-                       description="Watch ROOT directories for Nsight Systems exports, append "
-                       "each complete report to its job's growing Paraver trace, keep rolling "
-                       "efficiency summaries, and finalize jobs when they end.")
-    p.add_argument("roots", nargs="+", metavar="ROOT")
-    p.add_argument("--out", metavar="DIR", help="write outputs under DIR instead of JOB/prvstream")
-    p.add_argument("--state", metavar="DIR", help="journal directory (local disk)")
+    p = _add(sub, "watch", "Watch ROOT directories for Nsight Systems exports, append each "
+             "complete report to its job's growing Paraver trace, keep rolling efficiency "
+             "summaries, and finalize jobs when they end (touch JOB/prvstream.done).")
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="directory holding job directories")
+    p.add_argument("--out", metavar="DIR",
+                   help="write outputs under DIR instead of JOB/prvstream (default: JOB/prvstream;"
+                        " or out_dir in --config, PRVSTREAM_OUT_DIR)")
+    p.add_argument("--state", metavar="DIR",
+                   help=f"journal directory, on local disk {_default('state_dir')}")
     p.add_argument("--poll", type=float, metavar="SECONDS",
-                   help="poll every SECONDS (Lustre/GPFS/NFS) instead of inotify")
+                   help="poll every SECONDS instead of inotify; needed on Lustre/GPFS/NFS "
+                        f"{_default('poll')}")
     p.add_argument("--settle", type=float, metavar="SECONDS",
-                   help="an export must be unchanged this long before it is taken")
+                   help=f"an export must be unchanged this long before it is taken "
+                        f"{_default('settle')}")
     p.add_argument("--idle-finalize", type=float, metavar="SECONDS",
-                   help="finalize a job after this long without a new report (0: never)")
-    p.add_argument("--workers", type=_positive_int, metavar="N", help="converter workers")
+                   help=f"finalize a job after this long without a new report, 0: never "
+                        f"{_default('idle_finalize')}")
+    p.add_argument("--workers", type=_positive_int, metavar="N",
+                   help=f"reports converted at once {_default('workers')}")
     p.add_argument("--once", action="store_true",
                    help="process what is there (finalizing jobs whose prvstream.done marker "
                         "is present) and exit (for scripts)")
@@ -112,66 +189,87 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. prvstream@.service started by a Slurm prolog)")
     _common(p)
 
-    p = sub.add_parser("finalize", help="compact a job's live trace into its canonical form",
-                       description="Merge the blocks of a job's live trace into one globally "
-                       "sorted, canonically numbered trace (byte-identical to `prvstream "
-                       "convert` of the same reports).")
-    p.add_argument("target", metavar="JOB|TRACE")
-    p.add_argument("--state", metavar="DIR", help="journal directory")
-    p.add_argument("--out", metavar="DIR", help="the --out the daemon used, if any")
+    p = _add(sub, "finalize", "Merge the blocks of a job's live trace into one globally "
+             "sorted, canonically numbered trace (byte-identical to `prvstream convert` of the "
+             "same reports). While the daemon runs, touch JOB/prvstream.done instead.")
+    p.add_argument("target", metavar="JOB|TRACE",
+                   help="the job directory the daemon watched, or its .prv")
+    p.add_argument("--state", metavar="DIR",
+                   help=f"the journal directory the daemon used {_default('state_dir')}")
+    p.add_argument("--out", metavar="DIR",
+                   help="the --out the daemon used (default: JOB/prvstream)")
     _common(p)
 
-    p = sub.add_parser("summary", help="show a job's GPU efficiency summary",
-                       description="Print the efficiency summary of a job (its directory, its "
-                       "summary.jsonl or summary.json, or a convert OUT.summary.json).")
-    p.add_argument("target", metavar="JOB|SUMMARY")
-    p.add_argument("--follow", "-f", action="store_true", help="update as new lines arrive")
-    p.add_argument("--view", choices=["cumulative", "window", "phase"], default="cumulative")
+    p = _add(sub, "summary", "Print the efficiency summary of a job (its directory, its "
+             "summary.jsonl or summary.json, or a convert OUT.summary.json).")
+    p.add_argument("target", metavar="JOB|SUMMARY",
+                   help="job directory, summary.jsonl, summary.json or OUT.summary.json")
+    p.add_argument("--follow", "-f", action="store_true",
+                   help="keep printing updates as new lines arrive, until Ctrl-C")
+    p.add_argument("--view", choices=["cumulative", "window", "phase"], default="cumulative",
+                   help="the whole job, per time window, or per NVTX phase")
     p.add_argument("--json", action="store_true", help="print the latest record as JSON")
-    p.add_argument("--plot", metavar="PNG", help="draw bars and metrics over time (matplotlib)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="draw bars and metrics over time into PNG (needs matplotlib: the "
+                        "plot extra)")
     p.add_argument("--prom-file", metavar="FILE",
                    help="write Prometheus textfile-collector metrics to FILE")
-    p.add_argument("--interval", type=float, default=1.0, help="--follow poll interval (s)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="how often --follow looks for new lines")
     _common(p)
 
-    p = sub.add_parser("synth", help="write synthetic exports with the real nsys schema",
-                       description="Write one SQLite export per rank (per slice with --slices) "
-                       "that a real nsys of the chosen version could have written, modelling "
-                       "a data-parallel training loop.")
-    p.add_argument("outdir", metavar="OUTDIR")
-    p.add_argument("--ranks", type=_positive_int, default=2)
-    p.add_argument("--hosts", type=_positive_int, default=None,
+    p = _add(sub, "synth", "Write one SQLite export per rank (per slice with --slices) that "
+             "a real nsys of the chosen version could have written, modelling a data-parallel "
+             "training loop.")
+    p.add_argument("outdir", metavar="OUTDIR", help="directory to write the exports into")
+    p.add_argument("--ranks", type=_positive_int, default=2, metavar="N",
+                   help="ranks (one export each)")
+    p.add_argument("--hosts", type=_positive_int, default=None, metavar="N",
                    help="hosts the ranks are spread over (default: one host per rank)")
-    p.add_argument("--gpus-per-rank", type=_positive_int, default=1)
-    p.add_argument("--steps", type=_positive_int, default=10)
-    p.add_argument("--slices", type=_positive_int, default=1,
+    p.add_argument("--gpus-per-rank", type=_positive_int, default=1, metavar="N",
+                   help="GPUs each rank drives")
+    p.add_argument("--steps", type=_positive_int, default=10, metavar="N",
+                   help="training steps (NVTX step ranges) per rank")
+    p.add_argument("--slices", type=_positive_int, default=1, metavar="N",
                    help="capture ranges per rank (like --capture-range-end=repeat)")
     p.add_argument("--interval", type=float, default=0.0, metavar="SECONDS",
                    help="write the files over time, this far apart, renamed into place")
-    p.add_argument("--nsys-version", choices=["2022.2", "2024.5", "2026.2"], default="2026.2")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--imbalance", type=float, default=1.25,
+    p.add_argument("--nsys-version", choices=["2022.2", "2024.5", "2026.2"], default="2026.2",
+                   help="the nsys whose export schema is written")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same files)")
+    p.add_argument("--imbalance", type=float, default=1.25, metavar="FACTOR",
                    help="the slowest rank's compute time factor")
     _common(p)
 
-    p = sub.add_parser("demo", help="watch a synthetic multi-rank job being converted live",
-                       description="Generate a synthetic multi-rank job whose ranks finish "
-                       "over time, run the daemon on it, show the trace and summary growing, "
-                       "then finalize.")
-    p.add_argument("--ranks", type=_positive_int, default=4)
-    p.add_argument("--steps", type=_positive_int, default=20)
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
-    p.add_argument("--dir", metavar="DIR", help="work here instead of a temporary directory")
-    p.add_argument("--keep", action="store_true", help="keep the files")
+    p = _add(sub, "demo", "Generate a synthetic multi-rank job whose ranks finish over time, "
+             "run the daemon on it, show the trace and summary growing, then finalize.")
+    p.add_argument("--ranks", type=_positive_int, default=4, metavar="N",
+                   help="ranks in the synthetic job (one export each)")
+    p.add_argument("--steps", type=_positive_int, default=20, metavar="N",
+                   help="training steps per rank")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="time between two ranks' exports appearing")
+    p.add_argument("--dir", metavar="DIR",
+                   help="work here and keep the files (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the files of the temporary directory")
     _common(p)
 
-    p = sub.add_parser("bench", help="measure conversion speed, memory and live lag",
-                       description="Generate a synthetic job, convert it, and print records/s, "
-                       "MB/s, peak RSS and the daemon path's lag.")
-    p.add_argument("--rows", type=_positive_int, default=1_000_000)
-    p.add_argument("--ranks", type=_positive_int, default=1)
+    p = _add(sub, "bench", "Generate a synthetic job, convert it, and print records/s, MB/s, "
+             "peak RSS and the daemon path's lag.")
+    p.add_argument("--rows", type=_positive_int, default=1_000_000, metavar="N",
+                   help="rows in the synthetic job")
+    p.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
+                   help="ranks (exports) the rows are spread over")
     p.add_argument("--out", metavar="DIR", help="work directory (default: temporary)")
     _common(p)
+
+    p = _add(sub, "completion", "Print a shell completion script generated from this command "
+             "line. bash: prvstream completion bash > ~/.local/share/bash-completion/"
+             "completions/prvstream; zsh: prvstream completion zsh > ~/.zfunc/_prvstream "
+             "(with ~/.zfunc in fpath).")
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
+    p.set_defaults(build_parser=build_parser)
     return parser
 
 
@@ -186,25 +284,24 @@ class _VersionAction(argparse.Action):
 
 
 def _settings_for(args: argparse.Namespace) -> Settings:
-    from prvstream.daemon.config import load_settings
+    from prvstream.daemon.config import FLAGS, load_settings
 
-    overrides: dict[str, Any] = {
-        "log_level": args.log_level,
-        "log_json": args.log_json,
-    }
-    for flag, key in (("chunk_rows", "chunk_rows"), ("fan_in", "fan_in"), ("poll", "poll"),
-                      ("settle", "settle"), ("idle_finalize", "idle_finalize"),
-                      ("workers", "workers"), ("state", "state_dir"), ("out", "out_dir")):
-        if getattr(args, flag, None) is not None:
-            overrides[key] = getattr(args, flag)
-    if getattr(args, "trace", None):
-        overrides["kinds"] = [k.strip() for k in args.trace.split(",") if k.strip()]
-    return load_settings(args.config, overrides)
+    overrides: dict[str, Any] = {}
+    for key, flag in FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None:
+            overrides[key] = value
+    if getattr(args, "quiet", False) and args.log_level is None:
+        overrides["log_level"] = "error"
+    return load_settings(getattr(args, "config", None), overrides)
 
 
 def cli(*argv: str) -> int:
     """Run the command line with ``argv`` (without the program name); return the exit status."""
     parser = build_parser()
+    if not argv:  # a first look: the tour
+        sys.stderr.write(parser.format_help())
+        return 2
     args = parser.parse_args(list(argv))
     from prvstream.daemon.logs import configure_logging
     from prvstream.sinks.errors import ConfigError
@@ -214,13 +311,17 @@ def cli(*argv: str) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"prvstream: error: {exc}\n")
         return exc.exit_status
-    configure_logging(settings.log_level, json=settings.log_json)
+    as_json = configure_logging(settings.log_level, json=settings.log_json,
+                                service=args.command in _SERVICE_COMMANDS)
     handler = importlib.import_module(_HANDLERS[args.command])
     try:
         status: int = handler.run(args, settings)
     except PrvstreamError as exc:
-        log.error("command_failed", command=args.command, error=str(exc),
-                  kind=type(exc).__name__)
+        if as_json:
+            log.error("command_failed", command=args.command, error=str(exc),
+                      kind=type(exc).__name__)
+        else:
+            sys.stderr.write(f"prvstream: error: {exc}\n")
         return exc.exit_status
     except KeyboardInterrupt:
         return 130

@@ -43,6 +43,26 @@ _CANDIDATES = ("prvstream/summary.jsonl", "summary.jsonl", "prvstream/summary.js
                "summary.json")
 
 
+#: the first bytes of every SQLite database (an Nsight Systems export is one)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _not_a_summary(p: Path) -> None:
+    """Raise a message that says what to do when ``p`` is an export, not a summary."""
+    if p.suffix == ".nsys-rep":
+        raise PrvstreamError(f"{p} is an Nsight Systems report, not a summary: run "
+                             f"`prvstream convert {p} -o OUT` first, then "
+                             "`prvstream summary OUT.summary.json`")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return
+    if head == _SQLITE_MAGIC:
+        raise PrvstreamError(f"{p} is an export, not a summary: run `prvstream convert {p} "
+                             "-o OUT` first, then `prvstream summary OUT.summary.json`")
+
+
 def resolve_target(target: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
     """The summary file a JOB|SUMMARY argument names.
 
@@ -58,7 +78,10 @@ def resolve_target(target: str | os.PathLike[str], *, must_exist: bool = True) -
             return p / _CANDIDATES[0]
         raise PrvstreamError(f"no summary in {p} (looked for {', '.join(_CANDIDATES)}); is "
                              f"the daemon watching this job, or pass --follow to wait for it")
-    if p.is_file() or not must_exist:
+    if p.is_file():
+        _not_a_summary(p)
+        return p
+    if not must_exist:
         return p
     raise PrvstreamError(f"{p} does not exist; pass a job directory, a summary.jsonl or a "
                          f"summary.json")
@@ -156,10 +179,14 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     tty = hasattr(stream, "isatty") and stream.isatty()
     interval = max(float(args.interval), 0.01)
     log.debug("summary_follow", path=str(path), view=view)
+    if not path.exists():
+        sys.stderr.write(f"prvstream: waiting for {path} to appear (is the daemon watching "
+                         f"this job?); Ctrl-C to stop\n")
+        sys.stderr.flush()
     try:
         while True:
-            if follower.path.suffix == ".jsonl" and not follower.path.exists() \
-                    and Path(args.target).is_dir():
+            if not follower.path.is_file() and Path(args.target).is_dir():
+                # the job directory (perhaps created since) names its summary once written
                 follower.path = resolve_target(args.target, must_exist=False)
             new = follower.poll()
             relevant = [r for r in new if r.view in views or follower.path.suffix != ".jsonl"]

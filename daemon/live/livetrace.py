@@ -201,8 +201,9 @@ class LiveTrace:
         if state.reports:
             self.out.replace(self.summary_json.name, encode_record(self.model.state()))
         self._remember_prv()
-        log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
-                 prv_length=state.prv_length)
+        if state.reports or state.prv_length:  # a brand-new job has nothing to recover
+            log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
+                     prv_length=state.prv_length)
 
     def _prv_is_committed(self) -> bool:
         """Is the ``.prv`` on disk the file the journal last described (same inode)?"""

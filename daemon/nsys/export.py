@@ -106,6 +106,14 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     #: how wall_offset_ns was derived: "system_clock", "first_event" or "none"
     clock_anchor: str = "system_clock"
 
+    def notes(self) -> list[str]:
+        """What a reader of this export's summary should know about the export itself."""
+        if self.clock_anchor == "first_event" and self.system_clock_ns is not None:
+            return ["session start clock (systemClockNs) is not the events' clock: wall-clock "
+                    "times anchored on the first event, so alignment with other nodes' "
+                    "reports is less exact"]
+        return []
+
 
 def _header_problem(path: Path) -> str | None:
     """Why the file cannot be a complete SQLite database, from its 100-byte header."""
@@ -340,8 +348,9 @@ class Export:
             offset, anchor = utc - sysclk, "system_clock"
         elif utc is not None:
             if sysclk is not None:
-                log.warning("system_clock_ignored", path=str(self.path), system_clock_ns=sysclk,
-                            first_ns=first)
+                # about the export, not the user's action: ExportMeta.notes() tells the summary
+                log.debug("system_clock_ignored", path=str(self.path), system_clock_ns=sysclk,
+                          first_ns=first)
             offset, anchor = utc - first, "first_event"
         else:
             offset = -first

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prvstream.daemon.config import Settings
+from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
@@ -33,7 +33,7 @@ from prvstream.daemon.stream.pipeline import (
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
-from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError
+from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError, UnsupportedSchema
 from prvstream.sinks.files import atomic_write, fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
@@ -65,6 +65,8 @@ class ConvertResult:
     reports: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     rows: Counter[str] = field(default_factory=Counter)
+    #: Paraver records written per kind (they add up to ``records``)
+    kind_records: Counter[str] = field(default_factory=Counter)
     records: int = 0
     end_time: int = 0
     bytes_written: int = 0
@@ -194,7 +196,8 @@ def write_trace(
         ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
         target = sink_for(rep) if sink_for is not None else sink
         try:
-            yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows)
+            yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
+                                     result.kind_records)
         finally:
             rep.close()
 
@@ -270,6 +273,25 @@ def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int],
             last[obj] = t
 
 
+def _check_requested(reports: list[PreparedReport], wanted: list[str]) -> None:
+    """Raise when no input holds any kind ``--trace`` asked for; warn for each asked-for
+    kind no input holds (the trace is still useful without it)."""
+    found = {k for rep in reports for k in rep.kinds}
+    held = {k for rep in reports for k, n in rep.plan.counts.items() if n}
+    if held & {"kernel", "memcpy"} and "runtime" in held:
+        held.add("comm")  # links join API calls to the GPU work they started
+    names = ", ".join(user_kind(k) for k in sorted(held)) or "nothing prvstream converts"
+    absent = [user_kind(k) for k in wanted if k not in found]
+    if not found:
+        raise UnsupportedSchema(
+            f"no input holds {' or '.join(absent)} data (asked for with --trace); the inputs "
+            f"hold {names}: choose from those, or profile with nsys --trace including it")
+    for kind in absent:
+        log.warning("kind_absent", kind=kind,
+                    message=f"no input holds {kind} data (asked for with --trace); converted "
+                            f"the rest")
+
+
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
             progress: Callable[[int, int], None] | None = None,
@@ -295,10 +317,13 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
                 rep.close()  # connections reopen one fan-in group at a time
             reports.append(rep)
     for path_text, reason in failed:
-        log.error("input_rejected", path=path_text, reason=reason)
+        log.error("input_rejected", path=path_text, reason=reason,
+                  message=f"skipped {path_text}: {reason}")
     if not reports:
         raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
-                          "(each reason is logged above as input_rejected)")
+                          "(each reason is given above)")
+    if settings.kinds:
+        _check_requested(reports, settings.kinds)
     spools: dict[Path, ReportSpool] = {}
 
     def spool_for(rep: PreparedReport) -> Sink | None:

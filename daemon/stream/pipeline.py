@@ -253,7 +253,7 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     info = ReportInfo(
         report_id=rep.path.name, processes=processes, devices=devices,
         origin_wall_ns=origin_wall, start_ns=meta.first_ns + offset,
-        end_ns=meta.last_ns + offset, phase_names=ctx.phase_names,
+        end_ns=meta.last_ns + offset, phase_names=ctx.phase_names, notes=meta.notes(),
     )
     return ctx, info
 
@@ -299,7 +299,8 @@ class ActivityRouter:
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
-                 router: ActivityRouter, counts: Counter[str]) -> Stream:
+                 router: ActivityRouter, counts: Counter[str],
+                 records: Counter[str]) -> Stream:
     convert = registry.get(kind).convert
     for chunk in chunks:
         if not len(chunk):
@@ -307,14 +308,18 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
         result = convert(ctx, chunk)
         router.add(result.activity, result.phases)
         counts[kind] += result.rows
+        records[kind] += len(result.records)
         yield result.records, int(chunk["start"].max()) + ctx.offset
 
 
 def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chunk_rows: int,
-                  sink: SinkProtocol | None, counts: Counter[str]) -> Stream:
-    """The report's records in time order, with the sink fed along the way. The report is
+                  sink: SinkProtocol | None, counts: Counter[str],
+                  records: Counter[str] | None = None) -> Stream:
+    """The report's records in time order, with the sink fed along the way; ``counts``
+    gathers rows read per kind, ``records`` the records written per kind. The report is
     opened for it; the stream takes its chunk source over and frees it when it ends (the
     connection stays until the report is closed)."""
+    per_kind: Counter[str] = Counter() if records is None else records
     router = ActivityRouter(sink)
     if sink is not None:
         sink.begin_report(info)
@@ -322,7 +327,7 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     source, rep.source = rep.source, None
     assert source is not None
     try:  # every kind's stream starts now (reader queries already run: it sorts meanwhile)
-        streams = [_kind_stream(ctx, kind, source.chunks(kind), router, counts)
+        streams = [_kind_stream(ctx, kind, source.chunks(kind), router, counts, per_kind)
                    for kind in rep.kinds]
         for batch, watermark in merge(streams):
             router.release(watermark)

@@ -17,6 +17,7 @@ from prvstream.sinks.efficiency.parts import (
     GAP_NS,
     GAPS,
     N_MEASURES,
+    NOTE_NAMES,
     Device,
     Name,
     Pending,
@@ -81,6 +82,8 @@ class EfficiencyModel(RecordViews):
         self._pending: Pending | None = None
         self._updates: list[SummaryRecord] = []
         self._folder = SummaryFolder(recent=recent)
+        #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
+        self._notes: dict[str, tuple[int, list[str]]] = {}
 
     # --- Sink protocol ----------------------------------------------------------------------
 
@@ -91,6 +94,9 @@ class EfficiencyModel(RecordViews):
         if self._pending is not None:  # updates not taken: build them before time moves on
             self._updates += self._produce(self._pending)
             self._pending = None
+        for note in info.notes:
+            count, names = self._notes.get(note, (0, []))
+            self._notes[note] = (count + 1, sorted([*names, info.report_id])[:NOTE_NAMES])
         origin = int(info.origin_wall_ns)
         processes = [(p.host, p.pid) for p in info.processes]
         local = np.empty(len(info.devices), np.int64)

@@ -21,6 +21,7 @@ __all__ = [
     "K2",
     "K3",
     "K4",
+    "NOTE_NAMES",
     "N_MEASURES",
     "OVERLAP",
     "USEFUL",
@@ -31,6 +32,7 @@ __all__ = [
     "Report",
     "Sweep",
     "grow",
+    "note_lines",
     "rows",
     "segments",
 ]
@@ -46,6 +48,17 @@ WIDTH = 9
 CATEGORY = np.array([0, 1, 2, 2], dtype=np.int8)
 #: first capacity of a growing table (rows)
 FIRST_ROWS = 64
+#: report ids named in a summary note (the rest are counted)
+NOTE_NAMES = 3
+
+
+def note_lines(notes: dict[str, tuple[int, list[str]]]) -> list[str]:
+    """Summary notes: each distinct note once, with the reports it applies to."""
+    out = []
+    for note, (count, names) in sorted(notes.items()):
+        more = f" and {count - len(names)} more" if count > len(names) else ""
+        out.append(f"{note} ({', '.join(names)}{more})")
+    return out
 #: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
 
 def grow(arr: np.ndarray, need: int, fill: int = 0) -> np.ndarray:

@@ -18,6 +18,7 @@ from prvstream.sinks.efficiency.parts import (
     WIDTH,
     Device,
     Name,
+    note_lines,
 )
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import (
@@ -54,6 +55,7 @@ class RecordViews:
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
+    _notes: dict[str, tuple[int, list[str]]]
 
 
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
@@ -120,8 +122,10 @@ class RecordViews:
 
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)
-        return self._record("cumulative", start, end, range(len(self._devices)),
-                            lambda d: d.totals[None, :], captured=True)
+        record = self._record("cumulative", start, end, range(len(self._devices)),
+                              lambda d: d.totals[None, :], captured=True)
+        record.notes = note_lines(self._notes)
+        return record
 
     def _window(self, k: int) -> SummaryRecord:
         w = self.window_ns

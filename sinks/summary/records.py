@@ -140,6 +140,9 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     gap_threshold_ns: int = 0
     #: dominant loss and its culprit device (schema 3; None in older files)
     verdict: Verdict | None = None
+    #: what a reader should know about the reports themselves (cumulative view only), e.g.
+    #: a clock that could not be used: notes about the data, not warnings about the run
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 class SummaryState(SummaryRecord, kw_only=True):

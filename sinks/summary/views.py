@@ -108,6 +108,7 @@ def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40)
             lines.append("devices (largest contribution to the loss first; % of captured "
                          "time; hidden = comm under compute):")
             lines += _device_table(state, limit)
+        lines += [f"note: {n}" for n in state.notes]
         return "\n".join(lines) + "\n"
     rows = state.windows if view == "window" else state.phases
     if view == "phase" and state.phase_totals:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from prvstream.daemon.cli.main import build_parser, cli
 
-SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench"]
+SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench",
+               "completion"]
 
 
 @pytest.mark.parametrize("name", SUBCOMMANDS)
@@ -52,3 +56,80 @@ def test_bad_config_names_the_key(tmp_path, capsys: pytest.CaptureFixture[str]) 
     status = cli("summary", str(tmp_path), "--config", str(cfg))
     assert status == 2
     assert "chunk_rows" in capsys.readouterr().err
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_every_option_of_every_subcommand_has_help_and_its_default() -> None:
+    subs = _subparsers(build_parser())
+    assert sorted(subs) == sorted(SUBCOMMANDS)
+    for name, sub in subs.items():
+        text = sub.format_help()
+        for action in sub._actions:
+            label = "/".join(action.option_strings) or str(action.metavar or action.dest)
+            assert action.help and len(action.help) > 8, f"{name} {label} has no help"
+            shows_default = action.default not in (None, False, argparse.SUPPRESS)
+            if action.option_strings and shows_default:
+                assert f"(default: {action.default}" in " ".join(text.split()), \
+                    f"{name} {label} does not show its default"
+
+
+def test_settings_flags_show_the_built_in_default_and_where_else_to_set_it() -> None:
+    text = " ".join(_subparsers(build_parser())["convert"].format_help().split())
+    assert "(default: 2048; or chunk_rows in --config, PRVSTREAM_CHUNK_ROWS)" in text
+
+
+def test_top_level_help_is_a_tour_with_an_example_per_command() -> None:
+    text = build_parser().format_help()
+    tour = [ln for ln in text.splitlines() if ln.startswith("  ") and "prvstream " in ln]
+    assert sorted(ln.split()[0] for ln in tour) == sorted(SUBCOMMANDS)
+    for line in tour:
+        assert f"prvstream {line.split()[0]}" in line
+    assert len(text.splitlines()) <= 20
+
+
+def test_no_arguments_shows_the_tour() -> None:
+    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "prvstream convert" in proc.stderr
+
+
+def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash is not installed")
+    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon", "completion", "bash"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    script = tmp_path / "prvstream.bash"
+    script.write_text(proc.stdout)
+    for name, sub in _subparsers(build_parser()).items():
+        for action in sub._actions:
+            for flag in action.option_strings:
+                assert flag in proc.stdout, f"{name} {flag} missing from the completion"
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f'"{w}"' for w in words)
+        out = subprocess.run(
+            [bash, "-c", f'source "{script}"; COMP_WORDS=({line}); '
+             f'COMP_CWORD={len(words) - 1}; _prvstream; printf "%s\\n" "${{COMPREPLY[@]}}"'],
+            capture_output=True, text=True, timeout=60, check=True, cwd=tmp_path)
+        return out.stdout.split()
+
+    assert complete("prvstream", "con") == ["convert"]
+    assert complete("prvstream", "convert", "--trace", "ke") == ["kernel"]
+    assert complete("prvstream", "summary", "--view", "") == ["cumulative", "window", "phase"]
+    assert "--poll" in complete("prvstream", "watch", "--po")
+
+
+def test_zsh_completion_is_valid_zsh(tmp_path: Path) -> None:
+    zsh = shutil.which("zsh")
+    if zsh is None:
+        pytest.skip("zsh is not installed, so its completion script cannot be checked")
+    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon", "completion", "zsh"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    script = tmp_path / "_prvstream"
+    script.write_text(proc.stdout)
+    subprocess.run([zsh, "-n", str(script)], check=True, timeout=60)

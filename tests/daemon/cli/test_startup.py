@@ -46,4 +46,12 @@ def test_small_convert_imports_neither_structlog_nor_the_daemon_stack(
 
 
 def test_trace_help_lists_every_kind() -> None:
-    assert cli_main._KINDS == config.ALL_KINDS
+    assert cli_main._KINDS == config.USER_KINDS
+
+
+def test_help_shows_the_built_in_defaults() -> None:
+    defaults = config.Settings()
+    for key, value in cli_main._DEFAULTS.items():
+        if key != "state_dir":
+            assert getattr(defaults, key) == value, key
+    assert "STATE_DIRECTORY" in cli_main._DEFAULTS["state_dir"]  # type: ignore[operator]

@@ -125,8 +125,9 @@ def test_bad_input_is_reported_and_others_converted(
     status = cli("convert", str(bad), str(good[0]), "-o", str(tmp_path / "out"),
                  "--no-progress")
     assert status == 1
-    out = capsys.readouterr().out
-    assert "bad.sqlite" in out
+    captured = capsys.readouterr()
+    assert f"prvstream: error: skipped {bad}: " in captured.err
+    assert "(1 input skipped)" in captured.out
     validate(tmp_path / "out.prv")
 
 

@@ -20,9 +20,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except OutputLocked as exc:
         job = Path(find_journal(Path(args.target), settings.state_dir).state.job_dir)
         raise OutputLocked(
-            f"the daemon is running job {job} and finalizes it itself when told: touch "
-            f"{job / 'prvstream.done'} (or stop the daemon, then run prvstream finalize "
-            "again)") from exc
+            f"the daemon (another prvstream process) is writing job {job}; it finalizes the "
+            f"job itself when told: touch {job / 'prvstream.done'} (or stop the daemon, then "
+            "run prvstream finalize again)") from exc
     sys.stdout.write(f"prvstream: finalized {trace.prv} "
                      f"({len(trace.journal.state.reports)} report(s))\n")
     return 0

@@ -139,6 +139,7 @@ def test_second_daemon_on_the_same_outputs_is_refused_in_one_line(
     assert done.returncode == 1
     assert "Traceback" not in done.stdout + done.stderr
     assert "another prvstream process" in done.stdout + done.stderr
+    assert "prvstream.done" in done.stdout + done.stderr
     assert_landed(tmp_path / "state", a, [s.name for s in synth_sources[:3:2]])
     assert first.terminate() == 0 and second.terminate() == 0
 

@@ -176,9 +176,9 @@ def test_finalize_while_the_daemon_runs_says_touch_the_marker(tmp_path: Path,
         daemon.wait_event("report_appended", timeout=60)
         proc = run_cli("finalize", str(job), "--state", str(state), cwd=tmp_path)
         assert proc.returncode == 1
-        assert proc.stderr.startswith(f"prvstream: error: the daemon is running job {job} "
-                                      f"and finalizes it itself when told: touch "
-                                      f"{job / 'prvstream.done'}")
+        assert proc.stderr.startswith(
+            f"prvstream: error: the daemon (another prvstream process) is writing job {job}; "
+            f"it finalizes the job itself when told: touch {job / 'prvstream.done'}")
         _plain(proc)
         # a job seen for the first time has nothing to recover
         assert not daemon.named("job_recovered")

@@ -75,7 +75,7 @@ def test_pcf_blocks_of_optional_kinds_appear_with_their_labels() -> None:
 def test_settings_take_the_registry_kinds() -> None:
     assert load_settings(overrides={"kinds": list(registry.ALL_KINDS)}, environ={}).kinds == \
         list(registry.ALL_KINDS)
-    with pytest.raises(ConfigError, match="unknown data kinds"):
+    with pytest.raises(ConfigError, match="unknown data kind 'warp'"):
         load_settings(overrides={"kinds": ["kernel", "warp"]}, environ={})
 
 

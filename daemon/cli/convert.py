@@ -58,14 +58,9 @@ def _records_line(result: ConvertResult, prv: Path) -> str:
 
 
 def _verdict_text(state: SummaryState) -> str:
-    """The state's verdict with its culprit when the summary has one, else the dominant loss."""
-    found = getattr(state, "verdict", None)
-    text = getattr(found, "text", None) if found is not None else None
-    if isinstance(found, str) and found:
-        text = found
-    if not text:
-        text = verdict(state.metrics, state.span_ns)
-    return " ".join(str(text).removeprefix("verdict: ").split())
+    """The summary's verdict: the dominant loss and the device that causes it."""
+    text = verdict(state.metrics, state.span_ns, state)
+    return " ".join(text.removeprefix("verdict: ").split())
 
 
 def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:

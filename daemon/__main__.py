@@ -6,4 +6,5 @@ import sys
 
 from prvstream.daemon.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # Dask's spawned workers import this module as __mp_main__
+    sys.exit(main())

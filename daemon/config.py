@@ -47,7 +47,7 @@ FLAGS: dict[str, str] = {
     "chunk_rows": "--chunk-rows", "fan_in": "--fan-in", "kinds": "--trace", "poll": "--poll",
     "settle": "--settle", "idle_finalize": "--idle-finalize", "workers": "--workers",
     "state_dir": "--state", "out_dir": "--out", "log_level": "--log-level",
-    "log_json": "--log-json",
+    "log_json": "--log-json", "dask": "--dask",
 }
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -125,6 +125,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     log_json: bool | None = None
     #: where ``prvstream summary --prom-file`` style output goes for the daemon ("" = off)
     prom_file: str = ""
+    #: run per-report work on Dask: ``local[:N]``, ``inproc[:N]``, ``tcp://HOST:PORT`` or a
+    #: scheduler file ("" = in this process; ``distributed`` is then never imported)
+    dask: str = ""
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -143,6 +146,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         for key, ok, why in checks:
             if not ok:
                 raise _BadValue(key, why, getattr(self, key))
+        if self.dask:
+            from prvstream.daemon.scale.cluster import parse_spec  # no Dask import
+
+            parse_spec(self.dask)
         unknown = sorted(set(self.kinds) - set(ALL_KINDS))
         if unknown:
             raise _BadValue("kinds", f"names unknown data kinds; choose from "

@@ -97,8 +97,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                             recent=settings.summary_recent)
     history = out.with_name(out.name + ".summary.jsonl")
     try:
-        result = convert(args.inputs, out, settings, model=model, progress=progress,
-                         summary_jsonl=history)
+        if settings.dask:
+            from prvstream.daemon.scale.cluster import get_client
+            from prvstream.daemon.scale.convert import convert_dask
+
+            result = convert_dask(get_client(settings.dask), args.inputs, out, settings,
+                                  model=model, progress=progress, summary_jsonl=history)
+        else:
+            result = convert(args.inputs, out, settings, model=model, progress=progress,
+                             summary_jsonl=history)
     finally:
         if progress is not None:
             progress.close()

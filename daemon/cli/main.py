@@ -111,6 +111,14 @@ def _kinds(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _dask(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dask", metavar="SPEC",
+                   help="run per-report work on Dask: local:N (N worker processes here), "
+                        "tcp://HOST:PORT or a scheduler file; the exports and outputs must be "
+                        "on a file system every worker sees (needs prvstream[dask]; or dask "
+                        "in --config, PRVSTREAM_DASK)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE",
                    help="TOML settings file (see systemd/prvstream.toml.example)")
@@ -159,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar (it is shown only on a terminal)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing on success (errors still go to stderr)")
+    _dask(p)
     _common(p)
 
     p = _add(sub, "watch", "Watch ROOT directories for Nsight Systems exports, append each "
@@ -187,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exit-when-finalized", action="store_true",
                    help="exit 0 once every job seen has been finalized (one-job instances, "
                         "e.g. prvstream@.service started by a Slurm prolog)")
+    _dask(p)
     _common(p)
 
     p = _add(sub, "finalize", "Merge the blocks of a job's live trace into one globally "
@@ -198,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the journal directory the daemon used {_default('state_dir')}")
     p.add_argument("--out", metavar="DIR",
                    help="the --out the daemon used (default: JOB/prvstream)")
+    _dask(p)
     _common(p)
 
     p = _add(sub, "summary", "Print the efficiency summary of a job (its directory, its "

@@ -40,6 +40,7 @@ from prvstream.daemon.stream.merge import KEY_TIME
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
+    ReportObjects,
     objects_of,
     prepare,
     report_context,
@@ -325,14 +326,7 @@ class LiveTrace:
         rep = prepare(path, self.settings.kinds or None)
         try:  # SQLite opened it by name: is that name still the file that was checked?
             self._same_file(path, identity)
-            fp = fingerprint(path, rep.wall_start,
-                             ((host, pid) for host, pid, *_ in objects_of(rep)),
-                             state.root or None)
-            same = self.journal.report_with(fp)
-            if same is not None:
-                raise DuplicateReport(
-                    f"{path} holds the same report as {same.name}, already in the trace; it "
-                    "is not appended twice (remove one of the two copies)", of=same.name)
+            fp = self._fingerprint(path, rep.wall_start, objects_of(rep))
         except BaseException:
             rep.close()
             raise
@@ -360,7 +354,8 @@ class LiveTrace:
             spool.replay(self.model)
             self._publish_summary()
             kept = keep(path, self.out.path, fp, state.root or None)
-            self._record_report(rep, identity, records, fp, kept)
+            self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
+                                kept)
             self._remember_prv()
             self.journal.commit()
         finally:
@@ -380,6 +375,17 @@ class LiveTrace:
         found = stat_input(path, self.journal.state.root or None)
         if found != (identity.device, identity.inode, identity.size, identity.mtime_ns):
             raise InputChanged(f"{path} changed after it was checked; it will be checked again")
+
+    def _fingerprint(self, path: Path, wall_start: int, objects: ReportObjects) -> str:
+        """The report's content fingerprint; ``DuplicateReport`` when the trace holds it."""
+        fp = fingerprint(path, wall_start, ((host, pid) for host, pid, *_ in objects),
+                         self.journal.state.root or None)
+        same = self.journal.report_with(fp)
+        if same is not None:
+            raise DuplicateReport(
+                f"{path} holds the same report as {same.name}, already in the trace; it "
+                "is not appended twice (remove one of the two copies)", of=same.name)
+        return fp
 
     def _committed_source(self, entry: ReportEntry) -> Path:
         """The file holding a committed report: its kept copy, else the original if it is
@@ -401,21 +407,21 @@ class LiveTrace:
                 "it was kept; restore it (the new file is taken as a new report)")
         return source
 
-    def _record_report(self, rep: PreparedReport, identity: ReportIdentity, records: int,
-                       fp: str, kept: str) -> None:
+    def _record_report(self, path: Path, wall_start: int, wall_end: int,
+                       identity: ReportIdentity, records: int, fp: str, kept: str) -> None:
         state = self.journal.state
         start, end = self._last_block
         entry = ReportEntry(
-            identity=identity, name=rep.path.name, path=str(rep.path), block_start=start,
+            identity=identity, name=path.name, path=str(path), block_start=start,
             block_end=end, records=records,
             thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
                          for k, t in sorted(self._block_threads.items())],
-            wall_start_ns=rep.wall_start, wall_end_ns=rep.wall_end, fingerprint=fp,
+            wall_start_ns=wall_start, wall_end_ns=wall_end, fingerprint=fp,
             kept=kept,
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
-        self.journal.unquarantine(rep.path)
+        self.journal.unquarantine(path)
         state.finalized = False
 
     def _append_block(self, rep: PreparedReport, spool: ReportSpool
@@ -494,6 +500,16 @@ class LiveTrace:
         reports: list[PreparedReport] = []
         thread_last: dict[tuple[int, int], int] = {}
         tmp_out = self.prv.with_name(f".{self.name}.rewrite")
+        if numbering is None and extra is None and self.settings.dask:
+            from prvstream.daemon.scale.convert import NumberingDiverged
+
+            try:
+                result = self._rewrite_on_dask(tmp_out, thread_last)
+            except NumberingDiverged:
+                log.warning("dask_numbering_diverged_rewriting_here", job=state.job_dir)
+                thread_last.clear()
+            else:
+                return self._adopt_rewrite(tmp_out, numbering, result, thread_last)
         try:
             for entry in state.reports:
                 try:
@@ -517,6 +533,30 @@ class LiveTrace:
             for rep in reports:
                 if rep is not extra:
                     rep.close()
+        return self._adopt_rewrite(tmp_out, numbering, result, thread_last)
+
+    def _rewrite_on_dask(self, tmp_out: Path, thread_last: dict[tuple[int, int], int]
+                         ) -> ConvertResult:
+        """The canonical rewrite with the reports converted and merged on the Dask cluster."""
+        from prvstream.daemon.scale.cluster import get_client
+        from prvstream.daemon.scale.convert import write_canonical
+
+        paths = [self._committed_source(entry) for entry in self.journal.state.reports]
+        result, failed = write_canonical(get_client(self.settings.dask), paths, tmp_out,
+                                         self.settings, thread_last=thread_last)
+        if failed:
+            path, why = failed[0]
+            raise NotAnExport(
+                f"cannot rewrite {self.prv}: committed report {path} is no longer readable "
+                f"({why}); restore it, or finalize without it by moving the job's journal "
+                "aside")
+        return result
+
+    def _adopt_rewrite(self, tmp_out: Path, numbering: Numbering | None,
+                       result: ConvertResult, thread_last: dict[tuple[int, int], int]
+                       ) -> ConvertResult:
+        """Rename a rewritten trace into place; the journal's offsets follow."""
+        state = self.journal.state
         tmp_prv = Path(str(tmp_out) + ".prv")
         header_len = _header_length(tmp_prv)
         if numbering is None:  # canonical ids: its .pcf/.row replace the live ones

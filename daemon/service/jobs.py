@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
@@ -37,6 +37,9 @@ from prvstream.daemon.service.faults import Health, classify
 from prvstream.daemon.service.readiness import Ready
 from prvstream.sinks.errors import JournalCorrupt, OutputLocked, StateDirUnusable
 from prvstream.sinks.logger import get_logger
+
+if TYPE_CHECKING:
+    from prvstream.daemon.live.remote import RemoteAppender
 
 __all__ = ["Append", "Finalize", "Job", "JobStatus", "SetAside", "Shared"]
 
@@ -99,6 +102,8 @@ class Shared:
     fatal: Callable[[BaseException], None]
     #: the job directory vanished: forget the job
     vanished: Callable[[Job], None]
+    #: the Dask client with ``--dask`` (set when the service starts), else None
+    client: Any = None
 
 
 @dataclass
@@ -121,6 +126,8 @@ class Job:
     #: ``last_change`` when finalize last failed for an input reason: not retried until
     #: something changes
     finalize_failed_at: float | None = None
+    #: with ``--dask``: plans and converts backlog reports on the cluster ahead of the writer
+    remote: RemoteAppender | None = None
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _logged: str = ""
 
@@ -137,6 +144,8 @@ class Job:
 
     def submit(self, item: Item) -> None:
         self.backlog.append(item)
+        if self.remote is not None and isinstance(item, Append):
+            self.remote.submit(item.path)  # workers convert it while it waits
         self._wake.set()
 
     # -- the writer ----------------------------------------------------------------------
@@ -173,6 +182,9 @@ class Job:
         await anyio.sleep(delay)
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
         if self.trace is not None:
             self.trace.close()
             self.trace = None
@@ -232,6 +244,13 @@ class Job:
         trace.recover()
         journal.commit()
         self._write_status()
+        if self.shared.client is not None:
+            from prvstream.daemon.live.remote import RemoteAppender
+
+            self.remote = RemoteAppender(trace, self.shared.client)
+            for item in list(self.backlog):
+                if isinstance(item, Append):
+                    self.remote.submit(item.path)
 
     # -- items ---------------------------------------------------------------------------
     async def _handle(self, item: Item) -> bool:
@@ -299,13 +318,17 @@ class Job:
         journal, trace = self.journal, self.trace
         assert journal is not None and trace is not None
         identity = item.ready.identity
-        if self.shared.stopping() or journal.has_report(identity):
+        remote = self.remote
+        if (self.shared.stopping() or journal.has_report(identity)
+                or journal.is_quarantined(item.path, identity)
+                or journal.is_duplicate(item.path, identity)):
+            if remote is not None:
+                remote.forget(item.path)
             return
-        if journal.is_quarantined(item.path, identity) or journal.is_duplicate(item.path,
-                                                                                identity):
-            return
+        append = trace.append if remote is None else remote.commit
+
         def work() -> None:
-            trace.append(item.path, identity)
+            append(item.path, identity)
             self._write_status(landed=1)  # the head of the backlog is in
 
         async with self.shared.limiter:

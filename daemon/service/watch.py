@@ -199,6 +199,10 @@ class Service:
 
     # -- main ----------------------------------------------------------------------------------
     async def run(self) -> None:
+        if self.settings.dask:  # connected off the event loop: Dask runs its own
+            from prvstream.daemon.scale.cluster import get_client
+
+            self._shared.client = await anyio.to_thread.run_sync(get_client, self.settings.dask)
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._signals, tg.cancel_scope)

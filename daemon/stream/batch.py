@@ -24,6 +24,7 @@ from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_b
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
+    ReportObjects,
     objects_of,
     prepare,
     report_context,
@@ -45,6 +46,7 @@ __all__ = [
     "convert",
     "event_types",
     "expand_inputs",
+    "numbering_of",
     "thread_spans",
     "track_thread_last",
     "write_trace",
@@ -137,11 +139,16 @@ def _check_output(path: Path) -> None:
 
 def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
     """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
+    return numbering_of((objects_of(rep), value_labels_of(rep)) for rep in ordered)
+
+
+def numbering_of(parts: Iterable[tuple[ReportObjects, dict[str, set[str]]]]) -> Numbering:
+    """The canonical ids from every report's (objects, value labels), in report order."""
     values: dict[str, set[str]] = {}
-    objects = []
-    for rep in ordered:
-        objects.extend(objects_of(rep))
-        for group, labels in value_labels_of(rep).items():
+    objects: ReportObjects = []
+    for report_objects, report_values in parts:
+        objects.extend(report_objects)
+        for group, labels in report_values.items():
             values.setdefault(group, set()).update(labels)
     numbering = Numbering.canonical(objects, values)
     if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:

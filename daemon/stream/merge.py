@@ -48,6 +48,7 @@ __all__ = [
     "merge",
     "merge_bounded",
     "sort_batch",
+    "sort_order",
 ]
 
 log = get_logger(__name__)
@@ -76,6 +77,10 @@ def _sort_order(keys: np.ndarray) -> np.ndarray:
         order[where] = sub[np.lexsort((sub_keys[:, KEY_ORDER], sub_keys[:, KEY_OBJECT],
                                        sub_keys[:, KEY_TIME]))]
     return order
+
+
+#: the public name: range merges of sorted runs order their slices with it
+sort_order = _sort_order
 
 
 def sort_batch(batch: RecordBatch) -> RecordBatch:

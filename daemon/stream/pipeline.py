@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,8 +49,10 @@ from prvstream.sinks.logger import get_logger
 __all__ = [
     "ActivityRouter",
     "PreparedReport",
+    "ReportObjects",
     "objects_of",
     "prepare",
+    "register_report",
     "report_context",
     "report_stream",
     "value_labels_of",
@@ -221,6 +223,26 @@ def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
     return out
 
 
+def register_report(numbering: Numbering, objects: ReportObjects,
+                    values: Mapping[str, set[str]]) -> list[int]:
+    """Give a report's objects and value labels their ids (new ones appended, objects first,
+    then labels sorted within sorted groups); returns the task id of each process.
+
+    Depends only on the numbering and the report's plan, so a coordinator can reserve a
+    report's ids before a worker converts it: the conversion then adds none.
+    """
+    tasks = []
+    for host, pid, name, rank, threads in objects:
+        task = numbering.task(host, pid, name, rank)
+        tasks.append(task)
+        for key in sorted(threads):
+            numbering.thread(task, key, threads[key])
+    for group in sorted(values):
+        for label in sorted(values[group]):
+            numbering.value(group, label)
+    return tasks
+
+
 def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
                    report_index: int, phase_pattern: str) -> tuple[ReportContext, ReportInfo]:
     """Register the report's objects in ``numbering`` and build its conversion context."""
@@ -237,11 +259,10 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
         metric_owner=metric_owners(rep.plan), value_label=registry.value_label,
     )
-    for gpid, (host, pid, name, rank, threads) in zip(rep.plan.processes, objects, strict=True):
-        task = numbering.task(host, pid, name, rank)
+    tasks = register_report(numbering, objects, value_labels_of(rep))
+    for gpid, (host, pid, name, rank, _), task in zip(rep.plan.processes, objects, tasks,
+                                                      strict=True):
         ctx.bind_task(gpid, task)
-        for key in sorted(threads):
-            numbering.thread(task, key, threads[key])
         process_index[gpid] = len(processes)
         processes.append(ProcessInfo(host=host, pid=pid, name=name, rank=rank))
     devices: list[DeviceInfo] = []

@@ -66,6 +66,26 @@ class ReportSpool:
                 sink.add_phases(batch)
         sink.end_report()
 
+    def detach(self) -> tuple[str, ReportInfo]:
+        """Flush and close a finished spool, keeping its file, for another process to
+        ``attach`` (a Dask worker spools, the coordinator replays)."""
+        if self.info is None or not self.closed:
+            raise RuntimeError("detach of a spool whose report did not finish")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        return str(self.path), self.info
+
+    @classmethod
+    def attach(cls, path: str, info: ReportInfo) -> ReportSpool:
+        """A finished spool written elsewhere (``detach``), ready to ``replay``."""
+        spool = cls.__new__(cls)
+        spool.path = Path(path)
+        spool._fh = spool.path.open("r+b")
+        spool.info = info
+        spool.closed = True
+        return spool
+
     def discard(self) -> None:
         self._fh.close()
         self.path.unlink(missing_ok=True)

@@ -1,0 +1,275 @@
+"""A job's reports converted on Dask workers, committed by the job's single writer in order.
+
+As soon as a report is ready, a worker plans it. Walking the queue in arrival order, the
+coordinator reserves each planned report's ids (``pipeline.register_report``: they follow from
+the numbering and the plan alone) and a worker converts the report into a block file with
+exactly the numbering, origin and report index the single-process path would use. The writer
+commits blocks in order: it appends the block's bytes, publishes header, ``.pcf``/``.row`` and
+summary, and commits the journal. A block made from anything other than the committed state
+(an earlier report failed, grew the numbering, or needed a rewrite) is converted again, so the
+trace is byte-identical to the single-process daemon's. Reports before the origin, or that
+would break a thread's time order, are appended in-process (``LiveTrace.append``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from prvstream.daemon.live.inputs import ReportIdentity
+from prvstream.daemon.live.kept import keep
+from prvstream.daemon.live.livetrace import AppendInterrupted, AppendResult, LiveTrace
+from prvstream.daemon.scale.tasks import BlockDone, BlockTask, PlanFacts, convert_block, plan_report
+from prvstream.daemon.stream.numbering import Numbering, NumberingState
+from prvstream.daemon.stream.pipeline import register_report
+from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.sinks.errors import PrvstreamError
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["RemoteAppender"]
+
+log = get_logger(__name__)
+
+#: times Dask reruns a task whose worker died
+_RETRIES = 3
+
+
+@dataclass
+class _Entry:
+    """A report between ready and committed."""
+
+    path: Path
+    plan: Any
+    facts: PlanFacts | None = None
+    #: (numbering digest, report index, origin) the conversion in flight was given
+    given: tuple[bytes, int, int] | None = None
+    convert: Any = None
+    #: append in-process (before the origin): nothing after it is speculated
+    local: bool = False
+
+
+def _digest(state: bytes) -> bytes:
+    return hashlib.blake2b(state, digest_size=16).digest()
+
+
+class RemoteAppender:
+    """Speculative conversion of one job's queued reports on a Dask cluster."""
+
+    def __init__(self, trace: LiveTrace, client: Any) -> None:
+        self.trace = trace
+        self.client = client
+        self._lock = threading.RLock()
+        self._pending: OrderedDict[Path, _Entry] = OrderedDict()
+        self._blocks = Path(tempfile.mkdtemp(prefix=f".{trace.name}.blocks-",
+                                             dir=trace.prv.parent))
+        self._wake = threading.Event()
+        self._closed = False
+        self._seq = 0
+        self._thread = threading.Thread(target=self._dispatcher, daemon=True,
+                                        name=f"prvstream-dask-{trace.name}")
+        self._thread.start()
+
+    # -- queue side (event loop) ------------------------------------------------------------
+    def submit(self, path: Path) -> None:
+        """A report is ready: plan it on a worker now (commit order = submit order)."""
+        with self._lock:
+            if path in self._pending or self._closed:
+                return
+            future = self.client.submit(plan_report, str(path), list(self.trace.settings.kinds),
+                                        pure=False, retries=_RETRIES)
+            self._pending[path] = _Entry(path, future)
+            future.add_done_callback(lambda _: self._wake.set())
+        self._wake.set()
+
+    def forget(self, path: Path) -> None:
+        """The report will not be committed (already in, or the service stops)."""
+        with self._lock:
+            entry = self._pending.pop(path, None)
+            if entry is not None:
+                self._drop(entry)
+        self._wake.set()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for entry in self._pending.values():
+                self._drop(entry)
+            self._pending.clear()
+        self._wake.set()
+        self._thread.join(timeout=10)
+        shutil.rmtree(self._blocks, ignore_errors=True)
+
+    # -- speculation ------------------------------------------------------------------------
+    def _dispatcher(self) -> None:
+        while not self._closed:
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            try:
+                self._speculate()
+            except Exception:  # the writer falls back to in-process appends
+                log.exception("dask_dispatch_failed", job=self.trace.journal.state.job_dir)
+
+    def _speculate(self) -> None:
+        """Give every planned report, in order, the state it will be committed on."""
+        with self._lock:
+            state = self.trace.journal.state
+            base = msgspec.json.encode(state.numbering)
+            index = len(state.reports)
+            origin = state.origin_wall_ns
+            for entry in self._pending.values():
+                if entry.facts is None:
+                    if not entry.plan.done():
+                        return
+                    if entry.plan.status != "finished":
+                        return  # the writer reports the failure
+                    entry.facts = entry.plan.result()
+                facts = entry.facts
+                assert facts is not None
+                if facts.failed:
+                    continue  # quarantined by the writer; takes no index
+                if origin is None:
+                    origin = facts.wall_start - state.skew_allowance_ns
+                if facts.wall_start < origin:
+                    entry.local = True
+                    return
+                given = (_digest(base), index, origin)
+                if entry.given != given:
+                    if entry.convert is not None:
+                        entry.convert.cancel()
+                    self._seq += 1
+                    task = BlockTask(
+                        path=str(entry.path), kinds=list(self.trace.settings.kinds),
+                        origin=origin, index=index, chunk_rows=self.trace.settings.chunk_rows,
+                        phase_pattern=self.trace.settings.phase_pattern,
+                        block=str(self._blocks / f"block-{self._seq:08d}"))
+                    entry.convert = self.client.submit(convert_block, task, base, pure=False,
+                                                       retries=_RETRIES)
+                    entry.given = given
+                numbering = Numbering(msgspec.json.decode(base, type=NumberingState))
+                register_report(numbering, facts.objects, facts.values)
+                base = msgspec.json.encode(numbering.state)
+                index += 1
+
+    # -- writer side (a worker thread) -------------------------------------------------------
+    def commit(self, path: Path, identity: ReportIdentity) -> AppendResult:
+        """Append ``path`` (submitted earlier) to the trace, exactly as ``LiveTrace.append``."""
+        try:
+            return self._commit(path, identity)
+        finally:
+            self.forget(path)
+
+    def _commit(self, path: Path, identity: ReportIdentity) -> AppendResult:
+        with self._lock:
+            entry = self._pending.get(path)
+        if entry is None:
+            return self.trace.append(path, identity)
+        facts: PlanFacts = entry.plan.result()  # a worker's error is raised here
+        if facts.failed:
+            raise PrvstreamError(facts.failed)
+        while True:
+            self._speculate()
+            with self._lock:
+                if entry.local or entry.convert is None:
+                    break
+                future, given = entry.convert, entry.given
+            done: BlockDone = future.result()
+            if self.trace.abort.is_set():
+                self._discard(done)
+                raise AppendInterrupted(path.name)
+            state = self.trace.journal.state
+            now = (_digest(msgspec.json.encode(state.numbering)), len(state.reports),
+                   state.origin_wall_ns if state.origin_wall_ns is not None else
+                   facts.wall_start - state.skew_allowance_ns)
+            if given != now:  # made from a state that did not come to be: convert again
+                self._discard(done)
+                with self._lock:
+                    entry.given = None
+                continue
+            if any(first < self.trace.thread_last.get(obj, -1)
+                   for obj, (first, _) in done.spans.items()):
+                self._discard(done)
+                break  # thread order broken: the in-process path compacts
+            return self._append_block(path, identity, done, now[2], facts)
+        log.info("dask_append_in_process", report=path.name)
+        return self.trace.append(path, identity)
+
+    def _discard(self, done: BlockDone) -> None:
+        Path(done.block).unlink(missing_ok=True)
+        Path(done.spool[0]).unlink(missing_ok=True)
+
+    def _append_block(self, path: Path, identity: ReportIdentity, done: BlockDone,
+                      origin: int, facts: PlanFacts) -> AppendResult:
+        """Commit a converted block: the steps of ``LiveTrace._append`` after conversion."""
+        trace = self.trace
+        state = trace.journal.state
+        started = time.perf_counter()
+        snapshot = msgspec.json.encode(state)
+        trace._model_fed = False
+        spool = ReportSpool.attach(*done.spool)
+        try:
+            trace._same_file(path, identity)  # the file the worker read is the one checked
+            fp = trace._fingerprint(path, facts.wall_start, facts.objects)
+            if state.origin_wall_ns is None:
+                state.origin_wall_ns = origin
+            start = state.prv_length or state.header_capacity
+            fresh = not trace.prv.exists() or state.prv_length == 0
+            with trace.out.open(trace.prv.name, "r+b") as fh, open(done.block, "rb") as src:
+                if fresh:
+                    fh.truncate(0)
+                    fh.write(b" " * (state.header_capacity - 1) + b"\n")
+                else:
+                    fh.truncate(start)
+                fh.seek(start)
+                shutil.copyfileobj(src, fh, 1 << 20)
+                fh.flush()
+                os.fsync(fh.fileno())
+                length = fh.tell()
+            state.prv_length = length
+            state.extra["end_time"] = max(trace.end_time, done.end_time)
+            state.numbering = msgspec.json.decode(done.numbering_after, type=NumberingState)
+            trace.numbering = Numbering(state.numbering)
+            block_threads = {obj: last for obj, (_, last) in done.spans.items()}
+            for obj, t in block_threads.items():
+                trace.thread_last[obj] = max(trace.thread_last.get(obj, -1), t)
+            trace._block_threads = block_threads
+            trace._last_block = (start, length)
+            trace._publish_header()
+            trace._publish_metadata()
+            trace._model_fed = True
+            spool.replay(trace.model)
+            trace._publish_summary()
+            kept = keep(path, trace.out.path, fp, state.root or None)
+            trace._record_report(path, done.wall_start, done.wall_end, identity, done.records,
+                                 fp, kept)
+            trace._remember_prv()
+            trace.journal.commit()
+        except BaseException:
+            trace._roll_back(snapshot)
+            raise
+        finally:
+            spool.discard()
+            Path(done.block).unlink(missing_ok=True)
+        result = AppendResult(report=path.name, records=done.records, rows=done.rows,
+                              compacted=False, seconds=time.perf_counter() - started,
+                              prv_length=state.prv_length)
+        log.info("report_appended", job=state.job_dir, report=path.name, records=done.records,
+                 compacted=False, seconds=round(result.seconds, 3),
+                 tasks=len(trace.numbering.tasks), dask=True)
+        return result
+
+    def _drop(self, entry: _Entry) -> None:
+        if entry.convert is not None and entry.convert.status == "finished":
+            self._discard(entry.convert.result())
+        for future in (entry.plan, entry.convert):
+            if future is not None:
+                future.cancel()

@@ -1,0 +1,285 @@
+"""Batch conversion on a Dask cluster: workers plan, convert and merge; the coordinator numbers,
+concatenates and publishes.
+
+1. every report is planned on a worker (``tasks.plan_report``); the coordinator builds the
+   canonical numbering and origin from the plans, exactly as ``batch.write_trace`` does;
+2. every report becomes a sorted, formatted run on the shared file system
+   (``tasks.convert_report``), its GPU activity spooled beside it;
+3. the time axis is cut into ranges of about equal size, each merged by a worker
+   (``runs.merge_range``); the coordinator appends the ranges in order behind the header, then
+   replays the spools into the efficiency model in canonical report order.
+The trace is byte-identical to the single-process conversion; when a worker had to register
+an id the plans did not predict, the conversion is redone in-process rather than differ.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.scale.runs import RunInfo, remove_run, split_times
+from prvstream.daemon.scale.tasks import (
+    ConvertDone,
+    ConvertTask,
+    PlanFacts,
+    convert_report,
+    merge_range_task,
+    plan_report,
+)
+from prvstream.daemon.stream.batch import (
+    ConvertResult,
+    event_types,
+    expand_inputs,
+    numbering_of,
+)
+from prvstream.daemon.stream.numbering import Numbering
+from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.errors import NotAnExport, OutputConflict
+from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.summary import SummaryWriter
+
+__all__ = ["NumberingDiverged", "convert_dask", "write_canonical"]
+
+log = get_logger(__name__)
+
+#: the header is sized for an end time of this many digits (as ``batch.write_trace``)
+_END_DIGITS = 10**17
+#: records a range merge aims at (memory of one merge: about 100 bytes a record)
+_RANGE_RECORDS = 1_000_000
+#: times Dask reruns a task whose worker died
+_RETRIES = 3
+
+Progress = Callable[[int, int], None]
+
+
+def _as_completed(client: Any, futures: list[Any]) -> Iterable[Any]:
+    as_completed: Any = importlib.import_module("distributed").as_completed  # only with --dask
+    return as_completed(futures, loop=client.loop)  # type: ignore[no-any-return]
+
+
+def _plan_all(client: Any, paths: list[Path], settings: Settings
+              ) -> tuple[list[PlanFacts], list[tuple[str, str]]]:
+    futures = client.map(plan_report, [str(p) for p in paths], kinds=list(settings.kinds),
+                         pure=False, retries=_RETRIES, key=[f"plan-{i}-{p.name}"
+                                                            for i, p in enumerate(paths)])
+    facts: list[PlanFacts] = client.gather(futures)
+    failed = [(f.path, f.failed) for f in facts if f.failed]
+    return [f for f in facts if not f.failed], failed
+
+
+def write_canonical(client: Any, paths: list[Path], out: Path, settings: Settings, *,
+                    model: EfficiencyModel | None = None,
+                    on_model: Callable[[EfficiencyModel], None] | None = None,
+                    progress: Progress | None = None,
+                    thread_last: dict[tuple[int, int], int] | None = None,
+                    ) -> tuple[ConvertResult, list[tuple[str, str]]]:
+    """Convert ``paths`` into ``out``.prv/.pcf/.row on the cluster, canonically numbered.
+
+    ``model`` gets every report's GPU activity in canonical report order (``on_model`` runs
+    after each report); ``thread_last`` is filled as ``batch.write_trace`` fills it. Returns
+    the result and the inputs that could not be planned, with why.
+    """
+    started = time.perf_counter()
+    facts, failed = _plan_all(client, paths, settings)
+    if not facts:
+        raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
+                          "(each reason is logged as input_rejected)")
+    ordered = sorted(facts, key=lambda f: f.sort_key)
+    origin = min(f.wall_start for f in ordered)
+    numbering = numbering_of((f.objects, f.values) for f in ordered)
+    planned = sum(f.planned_rows for f in ordered)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
+    for path in (prv, pcf, row):
+        if path.is_symlink():
+            raise OutputConflict(f"{path} is a symlink; choose another output path")
+    # runs and ranges go beside the output: a file system every worker shares
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.dask-", dir=out.parent))
+    result = ConvertResult(reports=[f.path for f in ordered])
+    try:
+        done = _convert_all(client, ordered, numbering, origin, settings, scratch,
+                            spool=model is not None, thread_last=thread_last is not None,
+                            progress=progress, planned=planned)
+        if any(d.numbering_grew for d in done):
+            raise NumberingDiverged
+        for d in done:
+            result.rows.update(d.rows)
+            if thread_last is not None:
+                for obj, t in d.thread_last.items():
+                    thread_last[obj] = max(thread_last.get(obj, -1), t)
+        runs = [d.run for d in done]
+        result.records = sum(r.records for r in runs)
+        result.end_time = max((r.end_time for r in runs), default=0)
+        capacity = max(settings.header_capacity,
+                       len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
+        header = pv.header_line(numbering.layout(), result.end_time, origin, capacity)
+        _write_ranges(client, runs, scratch, prv, header, progress)
+        atomic_write(pcf, pv.pcf_text(event_types(numbering)))
+        atomic_write(row, pv.row_text(numbering.layout()))
+        fsync_dir(prv.parent)
+        if model is not None:
+            _replay(done, model, on_model)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    result.numbering = numbering
+    result.origin = origin
+    result.bytes_written = prv.stat().st_size
+    result.seconds = time.perf_counter() - started
+    result.outputs = [str(prv), str(pcf), str(row)]
+    return result, failed
+
+
+class NumberingDiverged(Exception):
+    """A worker registered ids the canonical numbering did not hold: convert in-process."""
+
+
+def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, origin: int,
+                 settings: Settings, scratch: Path, *, spool: bool, thread_last: bool,
+                 progress: Progress | None, planned: int) -> list[ConvertDone]:
+    state = client.scatter(msgspec.json.encode(numbering.state), broadcast=True)
+    tasks = [ConvertTask(path=f.path, kinds=list(settings.kinds), origin=origin, index=i,
+                         chunk_rows=settings.chunk_rows, phase_pattern=settings.phase_pattern,
+                         run_base=str(scratch / f"run-{i:07d}"), spool=spool,
+                         thread_last=thread_last)
+             for i, f in enumerate(ordered)]
+    futures = [client.submit(convert_report, t, state, pure=False, retries=_RETRIES,
+                             key=f"convert-{t.index}-{Path(t.path).name}-{id(tasks)}")
+               for t in tasks]
+    index = {f.key: i for i, f in enumerate(futures)}
+    rows = 0
+    try:
+        for future in _as_completed(client, futures):
+            rows += ordered[index[future.key]].planned_rows
+            if progress is not None:
+                progress(rows, planned)
+        out: list[ConvertDone] = client.gather(futures)
+    except BaseException:
+        client.cancel(futures)
+        raise
+    return out
+
+
+def _write_ranges(client: Any, runs: list[RunInfo], scratch: Path, prv: Path, header: bytes,
+                  progress: Progress | None) -> None:
+    total = sum(r.records for r in runs)
+    ranges = max(1, -(-total // _RANGE_RECORDS))
+    if len(runs) > 1:
+        ranges = max(ranges, 2 * _workers(client))
+    cuts = split_times(runs, ranges)
+    bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
+    refs = [(r.base, r.records) for r in runs]
+    futures = [client.submit(merge_range_task, refs, lo, hi, str(scratch / f"range-{k:06d}"),
+                             pure=False, retries=_RETRIES, key=f"range-{k}-{id(bounds)}")
+               for k, (lo, hi) in enumerate(bounds)]
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
+    tmp = Path(tmp_name)
+    written = size = 0
+    copying = 0.0  # the coordinator's own work: appending bytes
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(header)
+            for k, future in enumerate(futures):  # in time order, as each is ready
+                records, nbytes = future.result()
+                began = time.perf_counter()
+                part = scratch / f"range-{k:06d}"
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, fh, 1 << 20)
+                part.unlink()
+                copying += time.perf_counter() - began
+                written += records
+                size += nbytes
+                if progress is not None:
+                    progress(written, total)
+            began = time.perf_counter()
+            fh.flush()
+            os.fsync(fh.fileno())
+            copying += time.perf_counter() - began
+        log.info("dask_ranges_appended", ranges=len(futures), records=written, mb=size / 1e6,
+                 append_s=round(copying, 3), mb_per_s=round(size / 1e6 / max(copying, 1e-9), 1))
+        if written != total:
+            raise RuntimeError(f"range merges wrote {written} of {total} records")
+        os.replace(tmp, prv)
+    except BaseException:
+        client.cancel(futures)
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        for r in runs:
+            remove_run(r.base)
+
+
+def _workers(client: Any) -> int:
+    from prvstream.daemon.scale.cluster import worker_count
+
+    return worker_count(client)
+
+
+def _replay(done: list[ConvertDone], model: EfficiencyModel,
+            on_model: Callable[[EfficiencyModel], None] | None) -> None:
+    from prvstream.daemon.stream.spool import ReportSpool
+
+    for d in done:  # canonical report order
+        if d.spool is None:
+            continue
+        spool = ReportSpool.attach(*d.spool)
+        try:
+            spool.replay(model)
+        finally:
+            spool.discard()
+        if on_model is not None:
+            on_model(model)
+
+
+def convert_dask(client: Any, inputs: Iterable[str], out: Path, settings: Settings,
+                 model: EfficiencyModel | None = None, progress: Progress | None = None,
+                 summary_jsonl: Path | None = None) -> ConvertResult:
+    """``batch.convert`` on a cluster: same inputs, same outputs, byte for byte."""
+    from prvstream.daemon.stream.batch import convert
+
+    paths, failed = expand_inputs(inputs)
+    history = None
+    if model is not None and summary_jsonl is not None:
+        part = summary_jsonl.with_name(f".{summary_jsonl.name}.part")
+        part.unlink(missing_ok=True)
+        history = SummaryWriter(part)
+
+    def publish(m: EfficiencyModel) -> None:
+        if history is None:
+            m.discard_updates()
+        else:
+            history.append_many(m.iter_updates())
+
+    try:
+        try:
+            result, unplanned = write_canonical(client, paths, out, settings, model=model,
+                                                on_model=publish, progress=progress)
+        except NumberingDiverged:
+            log.warning("dask_numbering_diverged_converting_here", out=str(out))
+            if history is not None:
+                history.path.unlink(missing_ok=True)
+                history = None
+            return convert(inputs, out, settings, model=model, progress=progress,
+                           summary_jsonl=summary_jsonl)
+        if history is not None and summary_jsonl is not None:
+            history.publish(summary_jsonl)
+            history = None
+    finally:
+        if history is not None:
+            history.path.unlink(missing_ok=True)
+    failed += unplanned
+    for path_text, reason in failed:
+        log.error("input_rejected", path=path_text, reason=reason)
+    result.failed = failed
+    return result
+

@@ -107,7 +107,7 @@ def plan_report(path: str, kinds: list[str]) -> PlanFacts:
             path=path, host=rep.host, wall_start=rep.wall_start, wall_end=rep.wall_end,
             objects=objects_of(rep), values=value_labels_of(rep),
             planned_rows=sum(rep.plan.counts.get(k, 0) for k in rep.kinds))
-        rep.release()
+        rep.close()  # keeps the plan; the convert task reopens it
     except BaseException:
         rep.close()
         raise
@@ -121,19 +121,19 @@ def plan_report(path: str, kinds: list[str]) -> PlanFacts:
     return facts
 
 
-def _planned(path: str, kinds: list[str]) -> PreparedReport:
+def _planned(path: str, kinds: list[str], chunk_rows: int) -> PreparedReport:
     """The plan this worker made of ``path`` (reopened), else a fresh one."""
     with _PLANNED_LOCK:
         rep = _PLANNED.pop(_key(path, kinds), None)
     if rep is None:
-        return prepare(Path(path), kinds or None)
-    rep.reopen()
+        rep = prepare(Path(path), kinds or None)
+    rep.open(chunk_rows)
     return rep
 
 
 def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
     """Convert one report with the job's numbering into the run ``task.run_base``."""
-    rep = _planned(task.path, task.kinds)
+    rep = _planned(task.path, task.kinds, task.chunk_rows)
     writer = RunWriter(Path(task.run_base))
     spool = ReportSpool(directory=Path(task.run_base).parent) if task.spool else None
     rows: Counter[str] = Counter()
@@ -198,7 +198,7 @@ class BlockDone:
 
 def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     """Convert one report with a live job's numbering into the block file ``task.block``."""
-    rep = _planned(task.path, task.kinds)
+    rep = _planned(task.path, task.kinds, task.chunk_rows)
     spool = ReportSpool(directory=Path(task.block).parent)
     rows: Counter[str] = Counter()
     spans: dict[tuple[int, int], tuple[int, int]] = {}

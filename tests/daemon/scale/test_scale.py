@@ -4,6 +4,7 @@ process, including a worker killed mid-task."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -128,12 +129,17 @@ def _model(name: str, settings: Settings) -> EfficiencyModel:
                            recent=settings.summary_recent)
 
 
-def _outputs(out: Path) -> dict[str, bytes]:
-    return {ext: Path(str(out) + ext).read_bytes() for ext in _OUTPUTS}
+def _digest(data: bytes) -> str:
+    """Compared by digest: a failed comparison of whole traces would print megabytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _outputs(out: Path) -> dict[str, str]:
+    return {ext: _digest(Path(str(out) + ext).read_bytes()) for ext in _OUTPUTS}
 
 
 def _convert_both(client: Any, inputs: list[str], tmp_path: Path, **hooks: Any
-                  ) -> tuple[dict[str, bytes], dict[str, bytes]]:
+                  ) -> tuple[dict[str, str], dict[str, str]]:
     from prvstream.daemon.scale.convert import convert_dask
 
     settings = _settings(tmp_path)
@@ -148,7 +154,7 @@ def _convert_both(client: Any, inputs: list[str], tmp_path: Path, **hooks: Any
         else:
             fn(inputs, out, settings, model=model, summary_jsonl=history)
         outputs = _outputs(out)
-        outputs["state"] = encode_record(model.state())
+        outputs["state"] = _digest(encode_record(model.state()))
         got.append(outputs)
     return got[0], got[1]
 
@@ -241,9 +247,9 @@ def _live_job(tmp_path: Path, name: str, **extra: Any) -> tuple[Path, LiveTrace]
     return job, LiveTrace(journal, job / "prvstream", "job", settings)
 
 
-def _live_outputs(job: Path) -> dict[str, bytes]:
+def _live_outputs(job: Path) -> dict[str, str]:
     out = job / "prvstream"
-    return {p: (out / p).read_bytes() for p in ("job.prv", "job.pcf", "job.row",
+    return {p: _digest((out / p).read_bytes()) for p in ("job.prv", "job.pcf", "job.row",
                                                  "summary.jsonl", "summary.json")}
 
 

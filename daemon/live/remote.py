@@ -235,7 +235,7 @@ class RemoteAppender:
                 os.fsync(fh.fileno())
                 length = fh.tell()
             state.prv_length = length
-            state.extra["end_time"] = max(trace.end_time, done.end_time)
+            state.end_time = max(trace.end_time, done.end_time)
             state.numbering = msgspec.json.decode(done.numbering_after, type=NumberingState)
             trace.numbering = Numbering(state.numbering)
             block_threads = {obj: last for obj, (_, last) in done.spans.items()}

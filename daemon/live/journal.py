@@ -130,6 +130,8 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: leaves another inode behind)
     prv_inode: int | None = None
     duplicates: list[Duplicate] = msgspec.field(default_factory=list)
+    #: file (beside the journal) holding the efficiency model's state as of this commit
+    model_checkpoint: str = ""
 
 
 _encoder = msgspec.json.Encoder()

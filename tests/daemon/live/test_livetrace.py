@@ -126,6 +126,31 @@ def test_summaries_after_recovery_equal_an_uninterrupted_run(tmp_path: Path) -> 
             (plain_job / "prvstream" / name).read_bytes(), name
 
 
+def test_recovery_reads_no_export_and_keeps_the_summaries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restart is O(1) in the job: the model comes from its checkpoint, never the exports."""
+    import prvstream.daemon.live.livetrace as livetrace
+
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=3, steps=2))
+    job, trace = _job(tmp_path)
+    for source in sources:
+        _append(trace, job, source)
+    before = {n: (job / "prvstream" / n).read_bytes() for n in ("summary.json", "job.prv")}
+    trace.close()
+    trace.journal.unlock()
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("recovery read an export")
+
+    monkeypatch.setattr(livetrace, "prepare", no_reading)
+    journal = JobJournal.open(trace.settings.state_dir, job)
+    journal.lock()
+    again = LiveTrace(journal, job / "prvstream", "job", trace.settings)
+    again.recover()
+    after = {n: (job / "prvstream" / n).read_bytes() for n in before}
+    assert after == before
+
+
 def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> None:
     """A report that breaks while streaming (and the origin it would have set) is undone."""
     import sqlite3

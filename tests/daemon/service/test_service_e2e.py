@@ -321,6 +321,10 @@ def _kill_trial(seed: int, base: Path, sources: list[Path], ref: Reference) -> N
                 daemon.kill()
                 time.sleep(rng.uniform(0.0, 0.3))
                 daemon.start()
+                if rng.random() < 0.3:  # and again while it recovers
+                    time.sleep(rng.uniform(0.0, 0.05))
+                    daemon.kill()
+                    daemon.start()
         n = len(sources)
         wait_for(lambda: job_status(job).get("reports") == n, LAND, f"{n} reports", daemon)
         validate(live_trace(job))

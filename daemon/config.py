@@ -110,7 +110,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: efficiency window length in seconds
     window: float = 10.0
     #: NVTX ranges whose name matches this regular expression are efficiency phases
-    phase_pattern: str = r"(?i)^(train_)?(step|iteration|iter)\b"
+    phase_pattern: str = r"(?i)^((train_)?(step|iteration|iter)\b|ProfilerStep#\d+$)"
     #: GPU idle gaps longer than this (ns) are counted as gaps in the summaries
     gap_threshold_ns: int = 1_000_000
     #: summary.json keeps the latest this many windows and instances of each phase name

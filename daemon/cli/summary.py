@@ -32,6 +32,7 @@ from prvstream.sinks.summary import (
     render_table,
     write_prom_file,
 )
+from prvstream.sinks.summary.timeline import timeline
 
 __all__ = ["resolve_target", "run"]
 
@@ -107,7 +108,15 @@ def _outputs(args: argparse.Namespace, state: SummaryState,
     if args.prom_file:
         write_prom_file(args.prom_file, state)
     if args.plot:
-        plot_summary(state, history, args.plot)
+        _plot(state, history, args.plot)
+
+
+def _plot(state: SummaryState, history: list[SummaryRecord], png: str) -> None:
+    """Draw the PNG and say where (on stderr: stdout may carry JSON)."""
+    plot_summary(state, history, png)
+    tl = timeline(state, history)
+    sys.stderr.write(f"plot written to {Path(png).resolve()} (metrics over {tl.label}, "
+                     f"x in {tl.unit})\n")
 
 
 class _Follower:
@@ -206,5 +215,5 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     except KeyboardInterrupt:
         pass
     if args.plot and follower.state is not None:
-        plot_summary(follower.state, follower.history, args.plot)
+        _plot(follower.state, follower.history, args.plot)
     return 0

@@ -5,6 +5,7 @@ The views (records) are built by ``RecordViews``; the exportable, mergeable stat
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Iterable, Iterator
 
@@ -31,9 +32,19 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder, fold
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryRecord, SummaryState
 
-__all__ = ["EfficiencyModel"]
+__all__ = ["EfficiencyModel", "phase_label"]
 
 log = get_logger(__name__)
+
+
+#: a trailing step number that makes every occurrence's name distinct (PyTorch's profiler
+#: marks steps ``ProfilerStep#0``, ``ProfilerStep#1``, ...)
+_NUMBERED = re.compile(r"#\d+$")
+
+
+def phase_label(name: str) -> str:
+    """The phase name occurrences are grouped under: without a trailing ``#N``."""
+    return _NUMBERED.sub("", name) or name
 
 
 class EfficiencyModel(RecordViews):
@@ -119,6 +130,7 @@ class EfficiencyModel(RecordViews):
                             device=dev.device, report=info.report_id)
             sweeps[gid] = Sweep(lo=start, idle_since=start)
         self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end)
+        self._report.labels = [phase_label(n) for n in info.phase_names]
 
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""
@@ -190,7 +202,7 @@ class EfficiencyModel(RecordViews):
     def add_phases(self, batch: np.ndarray) -> None:
         """Take PHASE_DTYPE rows: each is the next occurrence of its name in its process."""
         rep = self._require_report()
-        names = rep.info.phase_names
+        names = rep.labels
         for row_start, row_end, row_proc, row_name in zip(
                 batch["start"].tolist(), batch["end"].tolist(), batch["process"].tolist(),
                 batch["name"].tolist(), strict=True):

@@ -135,6 +135,8 @@ class Report:
     #: activity taken but not swept yet: (start, end, global device, category) arrays
     pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
     pending_rows: int = 0
+    #: phase names as the model groups them (``ProfilerStep#12`` -> ``ProfilerStep``)
+    labels: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import SummaryRecord, SummaryState
+from prvstream.sinks.summary.timeline import timeline
 
 __all__ = ["plot_summary"]
 
@@ -44,18 +45,23 @@ def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
                                default=1.0) or 1.0)
     ax1.set_title(f"job {state.job}: devices")
     ax1.legend(fontsize=8, ncol=3, loc="upper center")
-    series: Sequence[SummaryRecord] = state.windows or history or [state]
-    t0 = min((r.start_ns for r in series), default=0)
-    x = [((r.start_ns if r.view == "window" else r.end_ns) - t0) / 1e9 for r in series]
+    tl = timeline(state, history)
     for field, short in (("parallel_efficiency", "PE"), ("load_balance", "LB"),
                          ("communication_efficiency", "CE"),
                          ("orchestration_efficiency", "OE")):
-        ax2.plot(x, [100 * getattr(r.metrics, field) for r in series], marker=".", label=short)
+        xs: list[float] = []
+        ys: list[float] = []
+        for x0, x1, m in tl.segments:
+            xs += [x0, x1]
+            ys += [100 * getattr(m, field)] * 2
+        ax2.plot(xs, ys, marker=".", markevery=2, label=short)
+    ax2.set_xlim(0, max(tl.span, 1e-9))
     ax2.set_ylim(0, 105)
-    ax2.set_xlabel("seconds since start" + (" (windows)" if state.windows else ""))
+    ax2.set_xlabel(f"{tl.unit} since start ({tl.label})")
     ax2.set_ylabel("%")
     ax2.set_title("metrics over time")
     ax2.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
+    log.info("plot_written", path=str(png), series=tl.label, unit=tl.unit)

@@ -130,7 +130,6 @@ class EfficiencyModel(RecordViews):
                             device=dev.device, report=info.report_id)
             sweeps[gid] = Sweep(lo=start, idle_since=start)
         self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end)
-        self._report.labels = [phase_label(n) for n in info.phase_names]
 
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""
@@ -203,6 +202,8 @@ class EfficiencyModel(RecordViews):
         """Take PHASE_DTYPE rows: each is the next occurrence of its name in its process."""
         rep = self._require_report()
         names = rep.labels
+        if len(names) < len(rep.info.phase_names):  # the pipeline adds names as it meets them
+            names += [phase_label(n) for n in rep.info.phase_names[len(names):]]
         for row_start, row_end, row_proc, row_name in zip(
                 batch["start"].tolist(), batch["end"].tolist(), batch["process"].tolist(),
                 batch["name"].tolist(), strict=True):

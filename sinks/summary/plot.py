@@ -49,12 +49,12 @@ def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
     for field, short in (("parallel_efficiency", "PE"), ("load_balance", "LB"),
                          ("communication_efficiency", "CE"),
                          ("orchestration_efficiency", "OE")):
-        xs: list[float] = []
-        ys: list[float] = []
+        px: list[float] = []
+        py: list[float] = []
         for x0, x1, m in tl.segments:
-            xs += [x0, x1]
-            ys += [100 * getattr(m, field)] * 2
-        ax2.plot(xs, ys, marker=".", markevery=2, label=short)
+            px += [x0, x1]
+            py += [100 * getattr(m, field)] * 2
+        ax2.plot(px, py, marker=".", markevery=2, label=short)
     ax2.set_xlim(0, max(tl.span, 1e-9))
     ax2.set_ylim(0, 105)
     ax2.set_xlabel(f"{tl.unit} since start ({tl.label})")

@@ -46,6 +46,7 @@ _HANDLERS = {
     "synth": "prvstream.daemon.cli.synth",
     "demo": "prvstream.daemon.cli.demo",
     "bench": "prvstream.daemon.cli.bench",
+    "doctor": "prvstream.daemon.cli.doctor",
     "completion": "prvstream.daemon.cli.completion",
 }
 
@@ -59,6 +60,7 @@ commands (prvstream COMMAND --help for each one's options):
   summary     a job's or a conversion's GPU efficiency       prvstream summary run.summary.json
   watch       the daemon: traces grow as reports land        prvstream watch /scratch/profiles
   finalize    compact a job's live trace (canonical form)    prvstream finalize /scratch/profiles/42
+  doctor      check this machine for the daemon              prvstream doctor /scratch/profiles
   synth       synthetic exports with the real nsys schema    prvstream synth /tmp/job --ranks 4
   bench       conversion speed, memory and live lag          prvstream bench --rows 100000
   completion  shell completion script                        prvstream completion bash
@@ -273,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
                    help="ranks (exports) the rows are spread over")
     p.add_argument("--out", metavar="DIR", help="work directory (default: temporary)")
+    _common(p)
+
+    p = _add(sub, "doctor", "Check what the daemon needs on this machine: inotify limits, "
+             "network file systems (which need --poll), write access and free disk for "
+             "outputs and state, nsys for .nsys-rep reports, the C extensions. Exit status 1 "
+             "when a check fails.")
+    p.add_argument("roots", nargs="*", metavar="ROOT",
+                   help="the roots watch will watch (none: only this machine's checks)")
+    p.add_argument("--out", metavar="DIR",
+                   help="the --out watch will use (default: JOB/prvstream under each root)")
+    p.add_argument("--state", metavar="DIR",
+                   help=f"the journal directory watch will use {_default('state_dir')}")
+    p.add_argument("--poll", type=float, metavar="SECONDS",
+                   help=f"the --poll watch will use {_default('poll')}")
     _common(p)
 
     p = _add(sub, "completion", "Print a shell completion script generated from this command "

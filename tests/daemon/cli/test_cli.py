@@ -12,7 +12,7 @@ import pytest
 
 from prvstream.daemon.cli.main import build_parser, cli
 
-SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench",
+SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench", "doctor",
                "completion"]
 
 

@@ -84,8 +84,7 @@ def _plan(scan: PlanScan, src: KindSource) -> None:
     for gpu, metric in scan.rows(sql):
         scan.metric(int(gpu), int(metric))  # type: ignore[call-overload]
         scan.see("gpu_metrics", int(metric))  # type: ignore[call-overload]
-    for (count,) in scan.rows(f"SELECT COUNT(*) FROM {quote_identifier(t)}"):
-        scan.count("gpu_metrics", int(count))  # type: ignore[call-overload]
+    scan.count("gpu_metrics", scan.count_rows(t))
 
 
 def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:

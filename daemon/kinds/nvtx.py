@@ -171,8 +171,7 @@ def _plan(scan: PlanScan, src: KindSource) -> None:
         if txt is not None:
             texts.add(str(txt))
         rows.append((int(v), None if txt is None else str(txt)))  # type: ignore[call-overload]
-    for (count,) in scan.rows(f"SELECT COUNT(*) FROM {q(t)} WHERE {src.where}"):
-        scan.count("nvtx", int(count))  # type: ignore[call-overload]
+    scan.count("nvtx", scan.count_rows(t, src.where))
     ids = scan.intern_texts(texts)
     for v, txt in rows:
         scan.see("nvtx", ids[txt] if txt is not None else v)

@@ -147,6 +147,11 @@ def ro_uri(path: Path) -> str:
 
 _T = TypeVar("_T")
 
+#: table definitions (name, CREATE sql) -> columns of every table: exports of one nsys
+#: version share them, so the PRAGMA per table runs once per version and process
+_SCHEMAS: dict[tuple[tuple[object, ...], ...], dict[str, list[str]]] = {}
+_SCHEMAS_KEPT = 16
+
 
 def _memoized(method: Callable[[Export], _T]) -> Callable[[Export], _T]:
     """Read a small table once per export (the result survives ``Export.reopen``)."""
@@ -226,6 +231,9 @@ class Export:
         self._memo: dict[str, Any] = {}
         self._closed = False
         self._plan: ExportPlan | None = None
+        #: (table, where) -> rows, and (rows, first, last) where the time range was scanned
+        self._counts: dict[tuple[str, str], int] = {}
+        self._facts: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
         if not any(self._nonempty(src) for kind in TABLE_KINDS for src in self.sources(kind)):
             raise UnsupportedSchema(f"{path}: the export holds no CUDA, GPU, NVTX, OS runtime, "
                                     f"MPI or OpenACC rows; profile with --trace=cuda,nvtx,... "
@@ -274,10 +282,18 @@ class Export:
 
     # -- schema -----------------------------------------------------------------------------
     def _probe_tables(self) -> dict[str, list[str]]:
-        names = [r[0] for r in self._con.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        return {n: [r[1] for r in self._con.execute(f"PRAGMA table_info({_q(n)})")]
-                for n in names}
+        """Tables and their columns; an export whose table definitions were seen before (the
+        same nsys version) costs one query instead of one per table."""
+        found = tuple(self._con.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"))
+        cached = _SCHEMAS.get(found)
+        if cached is None:
+            cached = {str(n): [str(r[1]) for r in self._con.execute(
+                f"PRAGMA table_info({_q(str(n))})")] for n, _ in found}
+            if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+                _SCHEMAS.pop(next(iter(_SCHEMAS)))
+            _SCHEMAS[found] = cached
+        return {n: list(cols) for n, cols in cached.items()}
 
     def has(self, table: str, column: str | None = None) -> bool:
         """Whether ``table`` (and ``column`` in it) exists."""
@@ -291,13 +307,44 @@ class Export:
         return registry.get(kind).sources(self)
 
     def _nonempty(self, src: KindSource) -> bool:
+        facts = self._facts.get((src.table, src.where))
+        if facts is not None:
+            return facts[0] > 0
         where = f" WHERE {src.where}" if src.where else ""
         row = self._con.execute(f"SELECT 1 FROM {_q(src.table)}{where} LIMIT 1").fetchone()
         return row is not None
 
     def nonempty_kinds(self) -> list[str]:
-        """Table kinds with at least one row, in registry order."""
-        return [k for k in TABLE_KINDS if any(self._nonempty(s) for s in self.sources(k))]
+        """Table kinds with at least one row, in registry order (from the one scan per table
+        that also finds its time range: planning needs both)."""
+        return [k for k in TABLE_KINDS if any(self._source_facts(s)[0] > 0
+                                               for s in self.sources(k))]
+
+    def _source_facts(self, src: KindSource) -> tuple[int, int | None, int | None]:
+        """(rows, first start, last end or start) of one source table: one scan, read once."""
+        key = (src.table, src.where)
+        found = self._facts.get(key)
+        if found is None:
+            end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
+                   if src.end and self.has(src.table, src.end) else _q(src.start))
+            where = f" WHERE {src.where}" if src.where else ""
+            n, a, b = self._con.execute(
+                f"SELECT COUNT(*), MIN({_q(src.start)}), MAX(MAX({end}), MAX({_q(src.start)})) "
+                f"FROM {_q(src.table)}{where}").fetchone()
+            found = (int(n), None if a is None else int(a), None if b is None else int(b))
+            self._facts[key] = found
+            self._counts[key] = found[0]
+        return found
+
+    def count_rows(self, table: str, where: str = "") -> int:
+        """Rows of ``table`` (matching ``where``), counted once per export."""
+        key = (table, where)
+        found = self._counts.get(key)
+        if found is None:
+            clause = f" WHERE {where}" if where else ""
+            (n,) = self._con.execute(f"SELECT COUNT(*) FROM {_q(table)}{clause}").fetchone()
+            found = self._counts[key] = int(n)
+        return found
 
     def enum_labels(self, name: str) -> dict[int, str]:
         """Labels of ``ENUM_<name>`` (id -> label), or the built-in fallback, or {}."""
@@ -374,12 +421,7 @@ class Export:
         hi: int | None = None
         for kind in TABLE_KINDS:
             for src in self.sources(kind):
-                end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
-                       if src.end and self.has(src.table, src.end) else _q(src.start))
-                where = f" WHERE {src.where}" if src.where else ""
-                a, b = self._con.execute(
-                    f"SELECT MIN({_q(src.start)}), MAX(MAX({end}), MAX({_q(src.start)})) "
-                    f"FROM {_q(src.table)}{where}").fetchone()
+                _, a, b = self._source_facts(src)
                 if a is not None:
                     lo = int(a) if lo is None else min(lo, int(a))
                 if b is not None:

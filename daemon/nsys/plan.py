@@ -81,6 +81,9 @@ class _Planner:
     def rows(self, sql: str) -> Iterator[tuple[object, ...]]:
         return self.x.rows(sql)
 
+    def count_rows(self, table: str, where: str = "") -> int:
+        return self.x.count_rows(table, where)
+
     def see(self, key: str, value: int) -> None:
         self.values.setdefault(key, set()).add(value)
 
@@ -111,8 +114,7 @@ class _Planner:
         for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
             key = (int(g), int(d), int(s))  # type: ignore[call-overload]
             (self.sync_keys if placed_later else self.streams).add(key)
-        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(table)}"):
-            self.count(kind, int(count))  # type: ignore[call-overload]
+        self.count(kind, self.x.count_rows(table))
         for key_name, column in values:
             self._distinct(key_name, table, column)
 
@@ -123,8 +125,7 @@ class _Planner:
         for (g,) in self.x.rows(f"SELECT DISTINCT {self.col(t, 'globalTid')} FROM {_q(t)}"
                                 f"{where}"):
             self.thread(int(g))  # type: ignore[call-overload]
-        for (count,) in self.x.rows(f"SELECT COUNT(*) FROM {_q(t)}{where}"):
-            self.count(kind, int(count))  # type: ignore[call-overload]
+        self.count(kind, self.x.count_rows(t, src.where))
         self._distinct(kind, t, value, where)
 
     # -- the plan ----------------------------------------------------------------------------

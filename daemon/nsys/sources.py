@@ -11,7 +11,6 @@ from typing import Protocol
 import numpy as np
 
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.kinds.sql import quote_identifier
 from prvstream.daemon.nsys import reader, tables
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.reader import ReaderLease
@@ -114,9 +113,7 @@ def _weighed(kinds: Iterable[str]) -> set[str]:
 def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:
     """Rows per kind that ``reader_kinds`` weighs, before a plan exists (``COUNT(*)`` is cheap:
     SQLite counts a table's b-tree pages without decoding rows)."""
-    return {kind: sum(int(n) for src in export.sources(kind)  # type: ignore[call-overload]
-                      for (n,) in export.rows(
-                          f"SELECT COUNT(*) FROM {quote_identifier(src.table)}"))
+    return {kind: sum(export.count_rows(src.table) for src in export.sources(kind))
             for kind in _weighed(kinds)}
 
 

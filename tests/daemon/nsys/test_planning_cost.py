@@ -1,0 +1,53 @@
+"""Per-report cost: one connection and one planning pass per export, no repeated probes of a
+table, and the schema read once per nsys version (statements counted with SQLite's trace
+callback on real connections)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        con = real(*args, **kwargs)  # type: ignore[arg-type]
+        con.set_trace_callback(seen.append)
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    monkeypatch.setenv("PRVSTREAM_READER", "0")  # every statement in this process
+    yield seen
+
+
+@pytest.mark.parametrize("version", ["2022.2", "2024.5", "2026.2"])
+def test_each_table_is_probed_once_and_the_schema_once_per_version(
+        statements: list[str], tmp_path: Path, version: str) -> None:
+    first, second = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1,
+                                                          nsys_version=version))
+    settings = load_settings(None, {"log_level": "error"}, environ={})
+    convert([str(first)], tmp_path / "a", settings)
+    statements.clear()
+    convert([str(second)], tmp_path / "b", settings)
+    text = [re.sub(r"\s+", " ", s).strip() for s in statements]
+    assert not [s for s in text if s.startswith("PRAGMA table_info")]
+    probes = Counter(s for s in text if re.match(r"SELECT (1|COUNT\(\*\)|MIN)\b", s))
+    assert probes and all(n == 1 for n in probes.values()), probes
+    # a table's size and time range come from one scan, never a separate COUNT or MIN/MAX
+    counted = {m.group(1) for s in text
+               if (m := re.match(r'SELECT COUNT\(\*\), MIN\(.*?FROM "(\w+)"', s))}
+    assert not [s for s in text if re.match(rf'SELECT COUNT\(\*\) FROM "({"|".join(counted)})"',
+                                            s)]
+    assert sum(s.startswith(("PRAGMA query_only",)) for s in text) == 1  # one connection

@@ -252,7 +252,7 @@ class RemoteAppender:
             trace._record_report(path, done.wall_start, done.wall_end, identity, done.records,
                                  fp, kept)
             trace._remember_prv()
-            trace.journal.commit()
+            trace._commit()  # model checkpoint, then the journal
         except BaseException:
             trace._roll_back(snapshot)
             raise

@@ -12,9 +12,26 @@ from pathlib import Path
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["atomic_write", "fsync_dir"]
+__all__ = ["atomic_write", "fsync_dir", "output_mode"]
 
 log = get_logger(__name__)
+
+
+def output_mode() -> int:
+    """The mode an ordinary new file gets here: 0666 less the process umask (0644 under 022).
+
+    Read from ``/proc/self/status`` where it can be (changing the umask to read it is not
+    thread-safe); elsewhere the umask is swapped back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -37,7 +54,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
     payload = data.encode() if isinstance(data, str) else data
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644)
+                 0o666)  # less the umask, like any new file
     try:
         view = memoryview(payload)
         while view:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.stream.batch import ConvertResult, convert
+from prvstream.daemon.stream.outputs import claim, resolve_output
 from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.files import atomic_write
 from prvstream.sinks.summary import SummaryState, encode_record, verdict
 
@@ -85,10 +87,7 @@ def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream convert``."""
-    out = Path(args.output)
-    for suffix in (".prv", ".pcf", ".row"):
-        if out.name.endswith(suffix):
-            out = out.with_name(out.name[: -len(suffix)])
+    out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:
         progress = _Progress()
@@ -96,6 +95,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                             gap_threshold_ns=settings.gap_threshold_ns,
                             recent=settings.summary_recent)
     history = out.with_name(out.name + ".summary.jsonl")
+    try:
+        claim(out)  # before writing: a run cut short may be rerun over its own files
+        return _convert_into(args, settings, out, model, progress, history)
+    except OSError as exc:  # the output side: one line, never a traceback
+        where = exc.filename or out.parent
+        raise OutputConflict(f"cannot write {where}: {exc.strerror or exc}; free space, fix "
+                             "the permissions, or choose another -o") from exc
+
+
+def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
+                  model: EfficiencyModel, progress: _Progress | None, history: Path) -> int:
     try:
         if settings.dask:
             from prvstream.daemon.scale.cluster import get_client

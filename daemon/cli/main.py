@@ -167,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most runs merged at once {_default('fan_in')}")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is shown only on a terminal)")
+    p.add_argument("--force", action="store_true",
+                   help="replace output files even when prvstream did not write them")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing on success (errors still go to stderr)")
     _dask(p)

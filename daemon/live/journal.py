@@ -248,7 +248,7 @@ class JobJournal:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_suffix(".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -354,7 +354,7 @@ class OutputDir:
         lock_path = self.path / OUTPUT_LOCK
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                         0o644)
+                         0o666)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise OutputConflict(f"{lock_path} is a symlink; remove it") from exc
@@ -425,7 +425,7 @@ class OutputDir:
         flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         flags |= {"ab": os.O_WRONLY | os.O_APPEND, "wb": os.O_WRONLY | os.O_TRUNC}.get(
             mode, os.O_RDWR)
-        fd = os.open(target, flags, 0o644)
+        fd = os.open(target, flags, 0o666)
         return os.fdopen(fd, mode)
 
     def replace(self, name: str, data: bytes) -> Path:

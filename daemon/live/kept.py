@@ -59,7 +59,7 @@ def keep(path: Path, out_dir: Path, fingerprint: str, root: str | None) -> str:
 def _clone(src_fd: int, tmp: Path) -> bool:
     try:
         dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      0o644)
+                      0o666)
     except OSError:
         return False
     try:

@@ -625,9 +625,11 @@ class LiveTrace:
     def _rebuild(self, extra: PreparedReport | None, origin: int,
                  spool: ReportSpool | None = None) -> tuple[Counter[str], int]:
         """Rewrite the live trace keeping every published id; the origin may move earlier."""
+        before = sum(r.records for r in self.journal.state.reports)
         result = self._rewrite(self.numbering, origin, extra, spool)
         self._publish_metadata()
-        return result.rows, result.records
+        # the rewrite wrote every committed report again: this report's own are the rest
+        return result.rows, result.records - before
 
     # -- finalize ---------------------------------------------------------------------------
     def finalize(self) -> None:

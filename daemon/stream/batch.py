@@ -35,7 +35,7 @@ from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError, UnsupportedSchema
-from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter
@@ -217,6 +217,7 @@ def write_trace(
                    len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
     tmp = Path(tmp_name)
+    os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
     end_time = 0
     records = 0
     try:

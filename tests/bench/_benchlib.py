@@ -24,12 +24,14 @@ __all__ = [
     "GPU_TABLES",
     "Run",
     "add_context_info",
+    "compile_bytecode",
     "count_events",
     "export_rows",
     "load",
     "median",
     "real_data_dir",
     "run_measured",
+    "spread",
     "sqlite_floor_cmd",
     "synth_export",
     "warm",
@@ -89,6 +91,22 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of a list of measurements (nan when empty)."""
+    if not values:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def compile_bytecode() -> None:
+    """Compile prvstream's modules the way ``pip install`` does, so that the measured start-up
+    is an installed prvstream's (an editable install under ``PYTHONDONTWRITEBYTECODE``
+    otherwise compiles every module at every start)."""
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "daemon"),
+                    str(root / "sinks")], check=True, stdout=subprocess.DEVNULL)
 
 
 def real_data_dir() -> Path:

@@ -10,9 +10,16 @@ nsys2prv, floor), each in a fresh child process under ``nice``; medians are repo
 are of medians measured in the same run, and the two traces' kernel, memory-operation and API
 event counts are checked against each other and against the export.
 
+The inputs: ``prvstream synth`` exports (NVTX-heavy training ranks) of ``--sizes`` rows, a
+``gen_pipeline`` export (two inference pipeline stages in one export, a different shape of
+data) of ``--pipeline`` rows, and the real exports. Ratios are of medians, with the range of
+the per-repetition (paired) ratios. Start-up is measured too: ``prvstream --version`` and, for
+exports small enough that reading them is nothing, a conversion's wall time beyond the floor's.
+
 Usage: ``python tests/bench/compare_nsys2prv.py [--sizes 10000,100000,1000000] [--reps 5]
-[--dir DIR] [--json OUT]``. Needs network access to PyPI once (the venv is cached in
-``--venv``, default ``~/.cache/prvstream-bench/nsys2prv-0.5.8``) and the ``sqlite3`` shell.
+[--pipeline 180000] [--dir DIR] [--json OUT]``. Needs network access to PyPI once (the venv
+is cached in ``--venv``, default ``~/.cache/prvstream-bench/nsys2prv-0.5.8``) and the
+``sqlite3`` shell.
 """
 
 from __future__ import annotations
@@ -32,14 +39,18 @@ from _benchlib import (
     GPU_TABLES,
     Run,
     add_context_info,
+    compile_bytecode,
     count_events,
     export_rows,
+    load,
     median,
     real_data_dir,
     run_measured,
+    spread,
     sqlite_floor_cmd,
     synth_export,
 )
+from gen_pipeline import write_export as pipeline_export
 
 NSYS2PRV = "nsys2prv==0.5.8"
 KINDS = "kernel,memcpy,memset,runtime,comm"
@@ -144,9 +155,17 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
                      "api": rows.get("CUPTI_ACTIVITY_KIND_RUNTIME", 0)}
     med = {k: median([r.wall_s for r in v]) for k, v in runs.items()}
     rss = {k: max((r.peak_rss_mib for r in v), default=float("nan")) for k, v in runs.items()}
+    paired = [n.wall_s / p.wall_s for p, n in zip(runs["prvstream"], runs["nsys2prv"],
+                                                   strict=False)]
+    floor_paired = [p.wall_s / f.wall_s for p, f in zip(runs["prvstream"], runs["floor"],
+                                                        strict=True)]
     result: dict[str, object] = {
         "export": label, "rows": total, "reps": {k: len(v) for k, v in runs.items()},
         "median_s": med, "peak_rss_mib": rss,
+        "spread_s": {k: spread([r.wall_s for r in v]) for k, v in runs.items()},
+        "paired_speedup": spread(paired), "paired_multiple_of_floor": spread(floor_paired),
+        "beyond_floor_s": spread([p.wall_s - f.wall_s for p, f in zip(
+            runs["prvstream"], runs["floor"], strict=True)]),
         "records_per_s": {k: total / v if v == v and v > 0 else None for k, v in med.items()},
         "speedup_vs_nsys2prv": med["nsys2prv"] / med["prvstream"] if runs["nsys2prv"] else None,
         "multiple_of_floor": med["prvstream"] / med["floor"],
@@ -168,28 +187,54 @@ def fmt(value: object, spec: str) -> str:
     return format(value, spec)
 
 
+def _range(sp: object, spec: str) -> str:
+    assert isinstance(sp, dict)
+    return (f"{fmt(sp['median'], spec)} ({fmt(sp['min'], spec)}–{fmt(sp['max'], spec)})"
+            if sp["median"] == sp["median"] else "—")
+
+
 def table(results: list[dict[str, object]]) -> str:
-    lines = ["| export | rows | prvstream s | nsys2prv s | floor s | prvstream rec/s | "
-             "nsys2prv rec/s | speedup | × floor | RSS prvstream MiB | RSS nsys2prv MiB | "
-             "events equal | runs (p/n/f) | max load |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    lines = ["| export | rows | prvstream s (min–max) | nsys2prv s (min–max) | floor s | "
+             "speedup (paired min–max) | × floor (paired min–max) | RSS prvstream MiB | "
+             "RSS nsys2prv MiB | events equal | runs (p/n/f) | max load |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in results:
-        med, rate, rss, reps = (r["median_s"], r["records_per_s"], r["peak_rss_mib"], r["reps"])
-        assert isinstance(med, dict) and isinstance(rate, dict)
-        assert isinstance(rss, dict) and isinstance(reps, dict)
+        sp, rss, reps = r["spread_s"], r["peak_rss_mib"], r["reps"]
+        assert isinstance(sp, dict) and isinstance(rss, dict) and isinstance(reps, dict)
         ev = r["events_match"]
         events = ("yes" if ev else "NO" if ev is not None else "—") + (
             "" if r["prvstream_matches_export"] else " (prvstream≠export)")
         note = f" ({r['nsys2prv_note']})" if r["nsys2prv_note"] else ""
+        ps = r["paired_speedup"]
+        assert isinstance(ps, dict)
+        speed = (f"{fmt(r['speedup_vs_nsys2prv'], '.1f')} ({fmt(ps['min'], '.1f')}–"
+                 f"{fmt(ps['max'], '.1f')})" if r["speedup_vs_nsys2prv"] else "—")
+        pf = r["paired_multiple_of_floor"]
+        assert isinstance(pf, dict)
         lines.append(
-            f"| {r['export']} | {r['rows']:,} | {fmt(med['prvstream'], '.3f')} | "
-            f"{fmt(med['nsys2prv'], '.2f')}{note} | {fmt(med['floor'], '.3f')} | "
-            f"{fmt(rate['prvstream'], ',.0f')} | {fmt(rate['nsys2prv'], ',.0f')} | "
-            f"{fmt(r['speedup_vs_nsys2prv'], '.1f')} | {fmt(r['multiple_of_floor'], '.1f')} | "
-            f"{fmt(rss['prvstream'], '.0f')} | {fmt(rss['nsys2prv'], '.0f')} | {events} | "
+            f"| {r['export']} | {r['rows']:,} | {_range(sp['prvstream'], '.3f')} | "
+            f"{_range(sp['nsys2prv'], '.2f')}{note} | {fmt(sp['floor']['median'], '.3f')} | "
+            f"{speed} | {fmt(r['multiple_of_floor'], '.2f')} ({fmt(pf['min'], '.2f')}–"
+            f"{fmt(pf['max'], '.2f')}) | {fmt(rss['prvstream'], '.0f')} | "
+            f"{fmt(rss['nsys2prv'], '.0f')} | {events} | "
             f"{reps['prvstream']}/{reps['nsys2prv']}/{reps['floor']} | "
             f"{fmt(r['max_load'], '.2f')} |")
     return "\n".join(lines)
+
+
+def startup(reps: int) -> dict[str, object]:
+    """``python -c pass`` and ``prvstream --version``, alternated, ``reps`` times each."""
+    runs: dict[str, list[float]] = {"python": [], "version": []}
+    loads = []
+    for _ in range(reps):
+        for key, cmd in (("python", [sys.executable, "-c", "pass"]),
+                         ("version", [sys.executable, "-m", "prvstream.daemon", "--version"])):
+            r = run_measured(cmd)
+            if r.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed")
+            runs[key].append(r.wall_s)
+            loads.append(r.load)
+    return {k: spread(v) for k, v in runs.items()} | {"max_load": max(loads)}
 
 
 def main() -> int:
@@ -204,13 +249,17 @@ def main() -> int:
                                               "nsys2prv-0.5.8"))
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="give up on a single run after this many seconds")
-    parser.add_argument("--slow", type=float, default=60.0,
-                        help="run nsys2prv only once on an export where one run takes longer")
+    parser.add_argument("--slow", type=float, default=float("inf"),
+                        help="run nsys2prv only once on an export where one run takes longer "
+                             "(default: never, every export gets --reps runs)")
+    parser.add_argument("--pipeline", type=int, default=180_000,
+                        help="rows of the gen_pipeline export (0: none)")
     parser.add_argument("--json", help="also write the results as JSON here")
     args = parser.parse_args()
     if shutil.which("sqlite3") is None:
         raise SystemExit("the sqlite3 command-line shell is needed for the floor")
     n2p = ensure_venv(Path(args.venv))
+    compile_bytecode()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="prvstream-compare-") as tmp:
         work = Path(tmp)
         bindir = standin_bin(work)
@@ -219,18 +268,35 @@ def main() -> int:
             path = synth_export(work / "exports" / f"synth_{size}.sqlite", size)
             add_context_info(path)
             exports.append((path, f"synth {size:,}"))
+        if args.pipeline:
+            path = pipeline_export(work / "exports" / f"pipeline_{args.pipeline}.sqlite",
+                                   args.pipeline)
+            add_context_info(path)
+            exports.append((path, f"pipeline {args.pipeline:,}"))
         real = real_data_dir()
         if not args.no_real and real.is_dir():
             exports += [(p, p.stem) for p in sorted(real.glob("*.sqlite"))]
         print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python "
-              f"{platform.python_version()}, prvstream commit {commit()}", flush=True)
+              f"{platform.python_version()}, prvstream commit {commit()}, load {load():.2f}",
+              flush=True)
+        start = startup(args.reps)
         results = []
         for path, label in exports:
             results.append(compare(path, label, args.reps, work, n2p, bindir, args.timeout,
                                    args.slow))
         print(table(results))
+        py, ver = start["python"], start["version"]
+        assert isinstance(py, dict) and isinstance(ver, dict)
+        print(f"\nstart-up: python -c pass {_range(py, '.3f')} s, prvstream --version "
+              f"{_range(ver, '.3f')} s (median, min–max of {args.reps}; max load "
+              f"{start['max_load']:.2f})")
+        for r in results:
+            if int(r["rows"]) <= 20_000:  # type: ignore[call-overload]
+                print(f"start-up beyond reading, {r['export']}: prvstream − floor "
+                      f"{_range(r['beyond_floor_s'], '.3f')} s")
         if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=1))
+            Path(args.json).write_text(json.dumps({"startup": start, "exports": results},
+                                                  indent=1))
     return 0
 
 

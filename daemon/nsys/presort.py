@@ -1,0 +1,68 @@
+"""Chunks of a rowid-order scan put into start order with a bounded reorder buffer.
+
+SQLite sorts a whole table for ``ORDER BY start`` (there is no index on ``start``), although
+Nsight Systems stores activity nearly in start order. When ``storage_order.reorder_window``
+bounds how far a row can be out of place, ``reorder`` holds back that many rows of the scan and
+yields the rest in start order, ties in rowid order (a stable sort: the order ``ORDER BY
+start, rowid`` gives). Chunks that arrive in order are passed through without a copy.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+import numpy as np
+
+__all__ = ["MAX_WINDOW", "reorder"]
+
+#: the largest reorder buffer (rows) worth holding; beyond it SQLite sorts
+MAX_WINDOW = 32768
+
+
+def _pieces(chunk: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    if len(chunk) <= size:
+        yield chunk
+        return
+    for lo in range(0, len(chunk), size):
+        yield chunk[lo:lo + size]
+
+
+def reorder(chunks: Iterator[np.ndarray], window: int, chunk_rows: int) -> Iterator[np.ndarray]:
+    """``chunks`` (structured arrays with a ``start`` field, in rowid order) in non-decreasing
+    start, in pieces of at most ``chunk_rows`` rows, holding back ``window`` rows.
+
+    Correct when no row has more than ``window`` rows before it (in the scan) that start
+    later; ``window`` 0 passes the chunks through.
+    """
+    if window <= 0:
+        yield from chunks
+        return
+    held: deque[np.ndarray] = deque()  # sorted as a whole, in order
+    count = 0
+    last = 0
+    for chunk in chunks:
+        if not len(chunk):
+            continue
+        start = chunk["start"]
+        if held and (start[0] < last or bool((start[1:] < start[:-1]).any())) or (
+                not held and bool((start[1:] < start[:-1]).any())):
+            merged = np.concatenate([*held, chunk]) if held else chunk
+            merged = merged[np.argsort(merged["start"], kind="stable")]
+            held = deque([merged])
+        else:
+            held.append(chunk)
+        count += len(chunk)
+        last = int(held[-1]["start"][-1])
+        while held and count - len(held[0]) >= window:
+            front = held.popleft()
+            count -= len(front)
+            yield from _pieces(front, chunk_rows)
+        ready = count - window
+        if ready >= chunk_rows:  # part of a merged front is ready
+            front = held[0]
+            held[0] = front[ready:]
+            count -= ready
+            yield from _pieces(front[:ready], chunk_rows)
+    for rest in held:
+        yield from _pieces(rest, chunk_rows)

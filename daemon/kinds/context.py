@@ -27,6 +27,7 @@ __all__ = [
     "process_of",
     "stream_name",
     "tid_of",
+    "unique_inverse",
 ]
 
 log = get_logger(__name__)
@@ -89,6 +90,29 @@ class Ids(Protocol):
     def value(self, group: str, label: str) -> int: ...
 
 
+#: ``unique_inverse`` finds the inverse by binary search up to this many distinct values
+_FEW = 64
+
+
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for a 1-d integer array, several times faster
+    when a chunk holds few distinct values (threads, streams, names): one value is checked
+    for first, and a sort plus binary search replaces the argsort."""
+    if len(values) == 0:
+        return values[:0].copy(), np.zeros(0, dtype=np.intp)
+    first = values[0]
+    if bool((values == first).all()):
+        return values[:1].copy(), np.zeros(len(values), dtype=np.intp)
+    ordered = np.sort(values)
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    uniq = ordered[keep]
+    if len(uniq) > _FEW:
+        return np.unique(values, return_inverse=True)
+    return uniq, np.searchsorted(uniq, values)
+
+
 def factorize(chunk: np.ndarray, columns: tuple[str, ...]
               ) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """Distinct combinations of integer columns and each row's index into them.
@@ -99,10 +123,10 @@ def factorize(chunk: np.ndarray, columns: tuple[str, ...]
     code = np.zeros(len(chunk), dtype=np.int64)
     uniques = []
     for name in columns:
-        values, inverse = np.unique(chunk[name], return_inverse=True)
+        values, inverse = unique_inverse(chunk[name])
         uniques.append(values.tolist())
         code = code * len(values) + inverse
-    distinct, inverse = np.unique(code, return_inverse=True)
+    distinct, inverse = unique_inverse(code)
     combos: list[tuple[int, ...]] = []
     for c in distinct.tolist():
         parts = []
@@ -167,7 +191,7 @@ class ReportContext:
 
     def cpu_objects(self, gtids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(task, thread) arrays for globalTids, registering unseen threads."""
-        uniq, inverse = np.unique(gtids, return_inverse=True)
+        uniq, inverse = unique_inverse(gtids)
         tasks = np.empty(len(uniq), dtype=np.int64)
         threads = np.empty(len(uniq), dtype=np.int64)
         for i, g in enumerate(uniq.tolist()):
@@ -214,7 +238,7 @@ class ReportContext:
 
     def values(self, group: str, ids: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """(value ids per row, labels of the unique ids, inverse index) for string ids."""
-        uniq, inverse = np.unique(ids, return_inverse=True)
+        uniq, inverse = unique_inverse(ids)
         self.names.strings(u for u in uniq.tolist() if u >= 0)
         labels = [self.label(group, u) for u in uniq.tolist()]
         mapped = np.array([self.ids.value(group, lab) for lab in labels], dtype=np.int64)

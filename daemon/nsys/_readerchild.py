@@ -8,7 +8,11 @@ Requests arrive on stdin, one JSON object per line:
 - ``{"op": "db", "uri": U}`` opens a database (read-only URI) for the streams that follow,
   closing the previous one;
 - ``{"op": "open", "id": N, "sql": ..., "itemsize": B, "offsets": [...], "sizes": [...]}``
-  runs the query at once (SQLite sorts while the parent is busy elsewhere);
+  runs the query at once (SQLite sorts while the parent is busy elsewhere); with
+  ``"presort": {"scan": SQL, "table": T, "start": C, "where": W, "max_window": M}`` it first
+  bounds the table's disorder (``storage_order``, loaded by path) and runs the storage-order
+  ``scan`` instead when the reorder window is at most M rows, and answers at once with one
+  frame of status 3 whose payload is the window (``<q``; 0: the ordered ``sql`` runs);
 - ``{"op": "next", "id": N, "rows": R}`` asks for the next chunk of at most R rows;
 - ``{"op": "close", "id": N}`` drops a stream; ``{"op": "quit"}`` ends the process.
 
@@ -27,13 +31,21 @@ import sqlite3
 import struct
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["FRAME", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE", "main"]
+__all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
+           "STATUS_WINDOW", "WINDOW", "main"]
 
 #: frame header: stream id, status, payload length
 FRAME = struct.Struct("<iiq")
 STATUS_OK, STATUS_SQLITE, STATUS_BAD_VALUE = 0, 1, 2
+#: a 256 KiB page cache, which also sizes SQLite's sorted runs (setting ``temp_store=FILE``,
+#: ``temp.cache_size=-256`` and ``threads=0`` as well measured 10 MiB more at 10M rows)
+PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-256")
+#: the answer to an ``open`` with ``presort``: the reorder window (``<q``; 0: SQLite sorts)
+STATUS_WINDOW = 3
+WINDOW = struct.Struct("<q")
 
 
 class _Stream:
@@ -52,10 +64,20 @@ def _send(out: BinaryIO, stream_id: int, status: int, payload: bytes | bytearray
     out.flush()
 
 
-def _open(con: sqlite3.Connection, request: dict[str, Any]) -> _Stream:
+def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
+    """The reorder window of a rowid-order scan, or 0 when SQLite is to sort."""
+    try:
+        window = int(storage_order.reorder_window(con, presort["table"], presort["start"],
+                                                  presort["where"]))
+    except sqlite3.Error:
+        return 0  # the ordered query reports the error
+    return window if 0 < window <= int(presort["max_window"]) else 0
+
+
+def _open(con: sqlite3.Connection, request: dict[str, Any], window: int) -> _Stream:
     cursor = con.cursor()
     try:
-        cursor.execute(request["sql"])
+        cursor.execute(request["presort"]["scan"] if window else request["sql"])
     except sqlite3.Error as exc:
         return _Stream(None, request, (STATUS_SQLITE, str(exc).encode()))
     return _Stream(cursor, request, None)
@@ -63,6 +85,8 @@ def _open(con: sqlite3.Connection, request: dict[str, Any]) -> _Stream:
 
 #: the compiled row filler (``_rowfill.fill_rows``), loaded by ``main``
 fill_rows: Callable[..., None]
+#: ``storage_order`` (standard library only), loaded by path by ``main``
+storage_order: Any
 
 
 def _load_filler(path: str) -> Callable[..., None]:
@@ -73,6 +97,15 @@ def _load_filler(path: str) -> Callable[..., None]:
     loader.exec_module(module)
     filler: Callable[..., None] = module.fill_rows
     return filler
+
+
+def _load_storage_order() -> Any:
+    path = Path(__file__).with_name("storage_order.py")
+    spec = importlib.util.spec_from_file_location("storage_order", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | bytearray]:
@@ -97,8 +130,8 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | bytearray]:
 def _connect(uri: str) -> tuple[sqlite3.Connection | None, bytes]:
     try:
         con = sqlite3.connect(uri, uri=True)
-        con.execute("PRAGMA query_only=1")
-        con.execute("PRAGMA cache_size=-256")
+        for pragma in PRAGMAS:
+            con.execute(pragma)
     except sqlite3.Error as exc:
         return None, str(exc).encode()
     return con, b""
@@ -126,8 +159,13 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
                 continue
             sid = int(request["id"])
             if op == "open":
-                streams[sid] = (_open(con, request) if con is not None
+                window = 0
+                if con is not None and request.get("presort"):
+                    window = _window(con, request["presort"])
+                streams[sid] = (_open(con, request, window) if con is not None
                                 else _Stream(None, request, (STATUS_SQLITE, failed)))
+                if request.get("presort"):
+                    _send(out, sid, STATUS_WINDOW, WINDOW.pack(window))
             elif op == "next":
                 status, payload = _next(streams[sid], int(request["rows"]))
                 _send(out, sid, status, payload)
@@ -141,8 +179,9 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
 
 
 def main() -> None:
-    global fill_rows
+    global fill_rows, storage_order
     fill_rows = _load_filler(sys.argv[1])
+    storage_order = _load_storage_order()
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

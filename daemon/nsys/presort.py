@@ -28,6 +28,31 @@ def _pieces(chunk: np.ndarray, size: int) -> Iterator[np.ndarray]:
         yield chunk[lo:lo + size]
 
 
+def _raw(chunk: np.ndarray) -> np.ndarray:
+    """The rows as opaque items: numpy copies those an order of magnitude faster than
+    structured ones (gathers and concatenations)."""
+    return chunk.view(np.dtype((np.void, chunk.dtype.itemsize)))
+
+
+def _merge_into(held: deque[np.ndarray], chunk: np.ndarray) -> None:
+    """Put ``chunk``'s rows into ``held`` (sorted as a whole): the held rows that start after
+    the chunk's first row are sorted together with it, stably (held rows first)."""
+    first = int(chunk["start"].min())
+    tail: list[np.ndarray] = []
+    while held and int(held[-1]["start"][0]) > first:
+        tail.append(held.pop())
+    if held and int(held[-1]["start"][-1]) > first:
+        last = held.pop()
+        cut = int(np.searchsorted(last["start"], first, side="right"))
+        held.append(last[:cut])
+        tail.append(last[cut:])
+    tail.reverse()
+    parts = [*tail, chunk]
+    merged = np.concatenate([_raw(p) for p in parts]).view(chunk.dtype) if tail else chunk
+    order = np.argsort(merged["start"], kind="stable")
+    held.append(_raw(merged)[order].view(chunk.dtype))
+
+
 def reorder(chunks: Iterator[np.ndarray], window: int, chunk_rows: int) -> Iterator[np.ndarray]:
     """``chunks`` (structured arrays with a ``start`` field, in rowid order) in non-decreasing
     start, in pieces of at most ``chunk_rows`` rows, holding back ``window`` rows.
@@ -40,26 +65,22 @@ def reorder(chunks: Iterator[np.ndarray], window: int, chunk_rows: int) -> Itera
         return
     held: deque[np.ndarray] = deque()  # sorted as a whole, in order
     count = 0
-    last = 0
     for chunk in chunks:
         if not len(chunk):
             continue
         start = chunk["start"]
-        if held and (start[0] < last or bool((start[1:] < start[:-1]).any())) or (
-                not held and bool((start[1:] < start[:-1]).any())):
-            merged = np.concatenate([*held, chunk]) if held else chunk
-            merged = merged[np.argsort(merged["start"], kind="stable")]
-            held = deque([merged])
+        if (held and int(start[0]) < int(held[-1]["start"][-1])) or bool(
+                (start[1:] < start[:-1]).any()):
+            _merge_into(held, chunk)
         else:
             held.append(chunk)
         count += len(chunk)
-        last = int(held[-1]["start"][-1])
         while held and count - len(held[0]) >= window:
             front = held.popleft()
             count -= len(front)
             yield from _pieces(front, chunk_rows)
         ready = count - window
-        if ready >= chunk_rows:  # part of a merged front is ready
+        if ready >= chunk_rows:  # part of the front is ready
             front = held[0]
             held[0] = front[ready:]
             count -= ready

@@ -27,8 +27,14 @@ from typing import IO
 
 import numpy as np
 
-from prvstream.daemon.nsys import _readerchild, rowfill, tables
-from prvstream.daemon.nsys._readerchild import FRAME, STATUS_BAD_VALUE, STATUS_OK
+from prvstream.daemon.nsys import _readerchild, presort, rowfill, tables
+from prvstream.daemon.nsys._readerchild import (
+    FRAME,
+    STATUS_BAD_VALUE,
+    STATUS_OK,
+    STATUS_WINDOW,
+    WINDOW,
+)
 from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.logger import get_logger
@@ -87,6 +93,10 @@ class ReaderProcess:
 
     def request_next(self, sid: int, rows: int) -> None:
         self.send({"op": "next", "id": sid, "rows": rows})
+        self.expect_reply(sid)
+
+    def expect_reply(self, sid: int) -> None:
+        """Count one more frame owed to stream ``sid``."""
         self._outstanding[sid] = self._outstanding.get(sid, 0) + 1
 
     def receive(self, sid: int) -> tuple[int, bytearray]:
@@ -164,22 +174,43 @@ class ReaderLease:
         process.send({"op": "db", "uri": ro_uri(path)})
 
     def stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
-               what: str) -> Iterator[np.ndarray]:
+               what: str, scan: tuple[str, str, str, str] | None = None
+               ) -> Iterator[np.ndarray]:
         """``dtype`` chunks of the ordered ``sql``, like ``tables.stream``.
 
         The query starts at once in the child. ``what`` names the data in error messages.
+        ``scan`` (``tables.scan_plan``): read in storage order with a reorder buffer when the
+        table's disorder allows it.
         """
         p = self._process
         sid = p.new_id()
         offsets, sizes = layout
-        p.send({"op": "open", "id": sid, "sql": sql, "itemsize": dtype.itemsize,
-                "offsets": list(offsets), "sizes": list(sizes)})
+        request: dict[str, object] = {"op": "open", "id": sid, "sql": sql,
+                                      "itemsize": dtype.itemsize, "offsets": list(offsets),
+                                      "sizes": list(sizes)}
+        if scan is not None:
+            request["presort"] = {"scan": scan[0], "table": scan[1], "start": scan[2],
+                                  "where": scan[3], "max_window": presort.MAX_WINDOW}
+        p.send(request)
+        if scan is not None:
+            p.expect_reply(sid)  # the reorder window
         for _ in range(AHEAD):
             p.request_next(sid, chunk_rows)
         self._open.add(sid)
-        return self._chunks(sid, dtype, chunk_rows, what)
+        return self._chunks(sid, dtype, chunk_rows, what, scan is not None)
 
     def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int,
+                what: str, presorted: bool) -> Iterator[np.ndarray]:
+        p = self._process
+        if presorted:
+            status, payload = p.receive(sid)
+            window = WINDOW.unpack(payload)[0] if status == STATUS_WINDOW else 0
+            yield from presort.reorder(self._frames(sid, dtype, chunk_rows, what), window,
+                                       chunk_rows)
+        else:
+            yield from self._frames(sid, dtype, chunk_rows, what)
+
+    def _frames(self, sid: int, dtype: np.dtype, chunk_rows: int,
                 what: str) -> Iterator[np.ndarray]:
         p = self._process
         try:

@@ -20,10 +20,12 @@ __all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "rea
 
 log = get_logger(__name__)
 
-#: share of the estimated reading cost the reader process takes: the converter's own work
-#: (records, merge, text, summary) costs about half as much as reading, so with this split
-#: both processes stay busy (measured on 1M-row synthetic exports, CUDA only and all kinds)
-_READER_SHARE = 0.75
+#: share of the estimated reading cost the reader process takes: every table it may read.
+#: Since tables are read in storage order without SQLite's sort (``presort``), reading costs
+#: the reader less than converting, merging, formatting and summarizing cost this process
+#: (CPU per process on the 1M-row synthetic export, all kinds: 0.75 -> converter 3.2 s,
+#: reader 1.7 s; 1.0 -> 2.8 s and 2.3 s)
+_READER_SHARE = 1.0
 #: below this many rows the reader costs more (requests, copies) than it saves
 _READER_MIN_ROWS = 50_000
 #: kinds whose rows the reader weighs even when not converted: derived kinds' inputs
@@ -67,7 +69,8 @@ class ReaderSource:
             spec = registry.get(kind)
             sql = spec.select_sql(export)
             self._started[kind] = iter(()) if sql is None else lease.stream(
-                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind)
+                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
+                tables.scan_plan(export, kind))
 
     @property
     def kinds(self) -> list[str]:

@@ -1,13 +1,19 @@
 """One time-ordered chunk stream per data kind of an export, as numpy structured arrays
 (the kinds' dtypes and SELECTs come from the registry).
 
-Each stream is one ``SELECT ... ORDER BY start`` read with ``fetchmany``: SQLite sorts (with
-bounded memory, spilling to temp files) and we hold one chunk at a time. NULLs become -1.
+A kind read from one table is scanned in storage (rowid) order and put into start order by a
+bounded reorder buffer (``presort``) when the table's per-block start bounds
+(``storage_order``) allow it; otherwise, and for kinds of several tables, the stream is one
+``SELECT ... ORDER BY start`` (SQLite sorts with bounded memory, spilling to temp files). Both
+give the same rows in the same order (ties in rowid order). ``PRVSTREAM_PRESORT=0`` turns the
+reorder buffer off, for comparisons. Each stream holds one chunk (or the reorder buffer) at a
+time. NULLs become -1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,9 +23,11 @@ import numpy as np
 
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
-from prvstream.daemon.kinds.sql import fetch_groups
+from prvstream.daemon.kinds.sql import fetch_groups, quote_identifier
+from prvstream.daemon.nsys import presort
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
+from prvstream.daemon.nsys.storage_order import reorder_window
 from prvstream.sinks.errors import NotAnExport
 from prvstream.sinks.logger import get_logger
 
@@ -61,6 +69,20 @@ GROUPS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 LAYOUTS: Final[dict[str, Layout]] = {k: fetch_layout(s.dtype) for k, s in registry.KINDS.items()}
 
 
+def scan_plan(export: Export, kind: str) -> tuple[str, str, str, str] | None:
+    """(SELECT in storage order, table, start column, condition) of a kind read from one
+    table, for a rowid-order scan with a reorder buffer; None for other kinds."""
+    spec = registry.get(kind)
+    if spec.select is not None:
+        return None
+    sources = spec.sources(export)
+    if len(sources) != 1:
+        return None
+    src = sources[0]
+    return (spec._select_one(export, src), quote_identifier(src.table),
+            quote_identifier(src.start), src.where)
+
+
 def select_sql(export: Export, kind: str) -> str | None:
     """The ordered SELECT behind ``stream(export, kind)``, or None if no table feeds it."""
     return registry.get(kind).select_sql(export)
@@ -85,14 +107,25 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
     if sql is None:
         return
     dtype, layout = spec.dtype, LAYOUTS[kind]
+    window = 0
+    plan = scan_plan(export, kind)
+    if plan is not None and os.environ.get("PRVSTREAM_PRESORT", "1") != "0":
+        try:
+            window = reorder_window(export.connection, plan[1], plan[2], plan[3])
+        except sqlite3.DatabaseError:
+            window = 0  # the ordered query reports the damage
+        if 0 < window <= presort.MAX_WINDOW:
+            sql = plan[0]
+        else:
+            window = 0
+    fill: Callable[[list[tuple[object, ...]]], np.ndarray]
     if spec.inline_text:
         export.inline_ids()  # number inline texts canonically before the first chunk
-        yield from chunks(export, sql, kind, chunk_rows,
-                          lambda rows: _inline_chunk(export, rows, dtype, layout,
-                                                     spec.inline_text))
+        fill = lambda rows: _inline_chunk(export, rows, dtype, layout,  # noqa: E731
+                                          spec.inline_text)
     else:
-        yield from chunks(export, sql, kind, chunk_rows,
-                          lambda rows: rows_to_array(rows, dtype, layout))
+        fill = lambda rows: rows_to_array(rows, dtype, layout)  # noqa: E731
+    yield from presort.reorder(chunks(export, sql, kind, chunk_rows, fill), window, chunk_rows)
 
 
 def chunks(export: Export, sql: str, what: str, chunk_rows: int,

@@ -6,11 +6,17 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.nsys import presort, sources
+from prvstream.daemon.nsys.export import open_export
 from prvstream.daemon.nsys.presort import reorder
 from prvstream.daemon.nsys.storage_order import block_bounds, reorder_window, window_of
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 
 _DTYPE = np.dtype([("start", "<i8"), ("rowid", "<i8")])
 
@@ -70,3 +76,24 @@ def test_sorted_chunks_pass_through_uncopied() -> None:
     out = list(reorder(iter(chunks), 25, 10))
     assert [c["start"].tolist() for c in out] == [c["start"].tolist() for c in chunks]
     assert all(np.shares_memory(a, b) for a, b in zip(out, chunks, strict=True))
+
+
+@pytest.mark.parametrize("max_window", [32768, 1])
+def test_conversion_bytes_do_not_depend_on_presort_or_the_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_window: int) -> None:
+    """Storage order with a reorder buffer, SQLite's sort (PRVSTREAM_PRESORT=0, or a window
+    over the limit), in-process or in the reader: the same bytes."""
+    job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=6, seed=3))
+    with open_export(job[0]) as export:  # the synthetic model stores rows out of order
+        assert reorder_window(export.connection, "CUPTI_ACTIVITY_KIND_KERNEL", "start") > 0
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
+    monkeypatch.setattr(presort, "MAX_WINDOW", max_window)
+    settings = load_settings(None, {})
+    outs = []
+    for use_reader, use_presort in (("1", "1"), ("0", "1"), ("1", "0"), ("0", "0")):
+        monkeypatch.setenv("PRVSTREAM_READER", use_reader)
+        monkeypatch.setenv("PRVSTREAM_PRESORT", use_presort)
+        out = tmp_path / f"out{use_reader}{use_presort}"
+        convert([str(p) for p in job], out, settings)
+        outs.append(b"".join(out.with_suffix(s).read_bytes() for s in (".prv", ".pcf", ".row")))
+    assert all(o == outs[0] for o in outs[1:])

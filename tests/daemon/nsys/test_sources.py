@@ -71,7 +71,7 @@ def test_reader_kinds_none_below_the_threshold_costliest_first_above() -> None:
     assert chosen[0] == max(every, key=lambda k: every[k])  # the costliest always
     assert every["comm"] == 400_000 * 8 + 400_000 * 3  # a join costs by its inputs' rows
     total = sum(every.values())
-    assert sum(costs.values()) <= 0.75 * total or len(chosen) == 1
+    assert sum(costs.values()) <= sources._READER_SHARE * total or len(chosen) == 1
 
 
 def test_a_report_closed_then_opened_streams_the_same(export_path: Path) -> None:

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
-from prvstream.daemon.stream.batch import ConvertResult, convert
+from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
+from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.files import atomic_write

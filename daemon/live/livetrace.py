@@ -30,14 +30,6 @@ from prvstream.daemon.live.journal import (
     ThreadTime,
 )
 from prvstream.daemon.live.kept import keep, source_of
-from prvstream.daemon.stream.batch import (
-    ConvertResult,
-    event_types,
-    thread_spans,
-    track_thread_last,
-    write_trace,
-)
-from prvstream.daemon.stream.merge import KEY_TIME
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -48,12 +40,20 @@ from prvstream.daemon.stream.pipeline import (
     report_stream,
 )
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.trace import (
+    ConvertResult,
+    thread_spans,
+    trace_metadata,
+    track_thread_last,
+    write_trace,
+)
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import decode_partial, encode_partial
 from prvstream.sinks.errors import NotAnExport, PrvstreamError, StateDirUnusable
 from prvstream.sinks.files import atomic_write, fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.writer import PrvWriter, grow_header, header_capacity
 from prvstream.sinks.summary import SummaryWriter, encode_record
 
 __all__ = ["AppendInterrupted", "AppendResult", "DuplicateReport", "LiveTrace",
@@ -302,30 +302,21 @@ class LiveTrace:
 
     def _grow_header(self) -> None:
         state = self.journal.state
-        need = len(pv.header_line(self.numbering.layout(), 10**17, state.origin_wall_ns or 0))
-        new_capacity = max(2 * state.header_capacity, need + 1024)
+        need = header_capacity(self.numbering.layout(), state.origin_wall_ns or 0, slack=1024)
+        new_capacity = max(2 * state.header_capacity, need)
         old_capacity = state.header_capacity
         state.header_capacity = new_capacity
-        tmp = self.prv.with_name(f".{self.prv.name}.grow")
-        with self.prv.open("rb") as src, tmp.open("wb") as dst:
-            dst.write(self._header())
-            src.seek(old_capacity)
-            while chunk := src.read(1 << 20):
-                dst.write(chunk)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, self.prv)
-        fsync_dir(self.prv.parent)
+        grow_header(self.prv, old_capacity, self._header())
         shift = new_capacity - old_capacity
         state.prv_length += shift
         for entry in state.reports:
             entry.block_start += shift
             entry.block_end += shift
-        log.info("header_grown", prv=str(self.prv), capacity=new_capacity)
 
     def _publish_metadata(self) -> None:
-        self.out.replace(self.pcf.name, pv.pcf_text(event_types(self.numbering)).encode())
-        self.out.replace(self.row.name, pv.row_text(self.numbering.layout()).encode())
+        pcf, row = trace_metadata(self.numbering)
+        self.out.replace(self.pcf.name, pcf)
+        self.out.replace(self.row.name, row)
 
     def _publish_summary(self) -> None:
         writer = SummaryWriter(self.summary_jsonl)
@@ -476,8 +467,6 @@ class LiveTrace:
         block_threads: dict[tuple[int, int], int] = {}
         checked: set[tuple[int, int]] = set()
         start = state.prv_length or state.header_capacity
-        records = 0
-        end_time = self.end_time
         fresh = not self.prv.exists() or state.prv_length == 0
         with self.out.open(self.prv.name, "r+b") as fh:
             try:
@@ -487,6 +476,7 @@ class LiveTrace:
                 else:
                     fh.truncate(start)
                 fh.seek(start)
+                writer = PrvWriter(fh, end_time=self.end_time)
                 ctx, info = report_context(rep, self.numbering, state.origin_wall_ns,
                                            len(state.reports), self.settings.phase_pattern)
                 for batch, _ in report_stream(rep, ctx, info, self.settings.chunk_rows,
@@ -497,13 +487,12 @@ class LiveTrace:
                         continue
                     spans = thread_spans(batch.keys)
                     self._check_order(spans, checked)
-                    fh.write(batch.text())
-                    records += len(batch)
-                    end_time = max(end_time, int(batch.keys[:, KEY_TIME].max()))
+                    writer.write(batch)
                     track_thread_last(batch.keys, block_threads, spans)
                 fh.flush()
                 os.fsync(fh.fileno())
                 length = fh.tell()
+                records, end_time = writer.records, writer.end_time
             except BaseException:
                 fh.truncate(start if not fresh else 0)
                 fh.flush()

@@ -35,26 +35,21 @@ from prvstream.daemon.scale.tasks import (
     merge_range_task,
     plan_report,
 )
-from prvstream.daemon.stream.batch import (
-    ConvertResult,
-    event_types,
-    expand_inputs,
-    numbering_of,
-)
+from prvstream.daemon.stream.batch import expand_inputs
 from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.trace import ConvertResult, numbering_of, trace_metadata
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict
 from prvstream.sinks.files import atomic_write, fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.writer import header_capacity
 from prvstream.sinks.summary import SummaryWriter
 
 __all__ = ["NumberingDiverged", "convert_dask", "write_canonical"]
 
 log = get_logger(__name__)
 
-#: the header is sized for an end time of this many digits (as ``batch.write_trace``)
-_END_DIGITS = 10**17
 #: records a range merge aims at (memory of one merge: about 100 bytes a record)
 _RANGE_RECORDS = 1_000_000
 #: times Dask reruns a task whose worker died
@@ -121,12 +116,12 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
         runs = [d.run for d in done]
         result.records = sum(r.records for r in runs)
         result.end_time = max((r.end_time for r in runs), default=0)
-        capacity = max(settings.header_capacity,
-                       len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
+        capacity = header_capacity(numbering.layout(), origin, settings.header_capacity)
         header = pv.header_line(numbering.layout(), result.end_time, origin, capacity)
         _write_ranges(client, runs, scratch, prv, header, progress)
-        atomic_write(pcf, pv.pcf_text(event_types(numbering)))
-        atomic_write(row, pv.row_text(numbering.layout()))
+        pcf_bytes, row_bytes = trace_metadata(numbering)
+        atomic_write(pcf, pcf_bytes)
+        atomic_write(row, row_bytes)
         fsync_dir(prv.parent)
         if model is not None:
             _replay(done, model, on_model)

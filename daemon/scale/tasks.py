@@ -16,7 +16,6 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.scale.runs import RunInfo, RunWriter, merge_range
-from prvstream.daemon.stream.batch import thread_spans, track_thread_last
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -28,6 +27,7 @@ from prvstream.daemon.stream.pipeline import (
     value_labels_of,
 )
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.trace import thread_spans, track_thread_last
 from prvstream.sinks.base import ReportInfo
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger

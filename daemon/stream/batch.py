@@ -1,4 +1,5 @@
-"""Batch conversion (``prvstream convert``): a set of exports -> one globally sorted trace.
+"""Batch conversion (``prvstream convert``): a set of exports -> one globally sorted trace
+and its summaries.
 
 Reports are planned first (objects and first appearances, one aggregate scan per table), so
 that ids are canonical and the output depends only on the set of reports, never on their order
@@ -8,75 +9,29 @@ k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow fr
 
 from __future__ import annotations
 
-import os
-import tempfile
-import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
-from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
-    ReportObjects,
     objects_of,
     prepare,
-    report_context,
-    report_stream,
     value_labels_of,
 )
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
-from prvstream.sinks.errors import NotAnExport, OutputConflict, PrvstreamError, UnsupportedSchema
-from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
+from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.summary import SummaryWriter
 
-__all__ = [
-    "ConvertResult",
-    "canonical_numbering",
-    "convert",
-    "event_types",
-    "expand_inputs",
-    "numbering_of",
-    "thread_spans",
-    "track_thread_last",
-    "write_trace",
-]
+__all__ = ["convert", "expand_inputs"]
 
 log = get_logger(__name__)
 
-#: smallest chunk a report gets when many reports share the chunk budget
-_MIN_SHARED_CHUNK = 512
-#: the header is sized for an end time of this many digits, so it never needs to grow
-_END_DIGITS = 10**17
-
-
-@dataclass
-class ConvertResult:
-    """What a conversion did."""
-
-    reports: list[str] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    rows: Counter[str] = field(default_factory=Counter)
-    #: Paraver records written per kind (they add up to ``records``)
-    kind_records: Counter[str] = field(default_factory=Counter)
-    records: int = 0
-    end_time: int = 0
-    bytes_written: int = 0
-    seconds: float = 0.0
-    outputs: list[str] = field(default_factory=list)
-    #: the ids and origin the trace was written with
-    numbering: Numbering | None = None
-    origin: int = 0
 
 
 def _exported(rep: Path) -> Path:
@@ -127,167 +82,13 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
     return unique, failed
 
 
-def event_types(numbering: Numbering) -> list[pv.EventTypeSpec]:
-    """The .pcf blocks of a trace, derived from its numbering only."""
-    return registry.event_types(numbering.values)
-
-
-def _check_output(path: Path) -> None:
-    if path.is_symlink():
-        raise OutputConflict(f"{path} is a symlink; choose another output path")
-
-
-def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
-    """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
-    return numbering_of((objects_of(rep), value_labels_of(rep)) for rep in ordered)
-
-
-def numbering_of(parts: Iterable[tuple[ReportObjects, dict[str, set[str]]]]) -> Numbering:
-    """The canonical ids from every report's (objects, value labels), in report order."""
-    values: dict[str, set[str]] = {}
-    objects: ReportObjects = []
-    for report_objects, report_values in parts:
-        objects.extend(report_objects)
-        for group, labels in report_values.items():
-            values.setdefault(group, set()).update(labels)
-    numbering = Numbering.canonical(objects, values)
-    if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:
-        log.warning("paraver_object_limit", tasks=len(numbering.tasks),
-                    limit=pv.MAX_PARAVER_OBJECTS)
-    return numbering
-
-
-def write_trace(
-    reports: list[PreparedReport],
-    out: Path,
-    settings: Settings,
-    sink: Sink | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    *,
-    numbering: Numbering | None = None,
-    origin: int | None = None,
-    sink_for: Callable[[PreparedReport], Sink | None] | None = None,
-    header_capacity: int = 0,
-    thread_last: dict[tuple[int, int], int] | None = None,
-) -> ConvertResult:
-    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
-
-    By default ids are canonical and the origin is the earliest report start, so ``reports``
-    may come in any order; a live job passes its own ``numbering`` (appended to, never
-    renumbered) and ``origin``. ``sink`` (one report at a time only) or ``sink_for`` (a sink
-    per report) receive the GPU activity. ``thread_last``, when given, is filled with each
-    (task, thread)'s last record time. Memory: chunk x fan-in.
-    """
-    started = time.perf_counter()
-    result = ConvertResult(reports=[str(r.path) for r in reports])
-    if not reports:
-        raise NotAnExport("no convertible export among the inputs")
-    ordered = sorted(reports, key=lambda r: r.sort_key)
-    if origin is None:
-        origin = min(r.wall_start for r in ordered)
-    if numbering is None:
-        numbering = canonical_numbering(ordered)
-    live_numbering = numbering
-    planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
-
-    if len(ordered) > 1:  # planned: free every connection until its report streams
-        for rep in ordered:
-            rep.close()
-    # memory budget: every open report pools about one chunk per table, and up to fan_in
-    # reports are open at once, so share settings.chunk_rows among them
-    open_reports = min(len(ordered), settings.fan_in)
-    chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
-
-    def lazy(index: int, rep: PreparedReport) -> Stream:
-        rep.open(chunk_rows)
-        ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
-        target = sink_for(rep) if sink_for is not None else sink
-        try:
-            yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
-                                     result.kind_records)
-        finally:
-            rep.close()
-
-    streams = [lazy(i, rep) for i, rep in enumerate(ordered)]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
-    for path in (prv, pcf, row):
-        _check_output(path)
-    capacity = max(header_capacity or settings.header_capacity,
-                   len(pv.header_line(numbering.layout(), _END_DIGITS, origin)) + 16)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
-    tmp = Path(tmp_name)
-    os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
-    end_time = 0
-    records = 0
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b" " * (capacity - 1) + b"\n")
-            # one report's stream is already merged; several are merged with bounded fan-in
-            merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
-            for batch, _ in merged:
-                if not len(batch):
-                    continue
-                fh.write(batch.text())
-                records += len(batch)
-                end_time = max(end_time, int(batch.keys[:, KEY_TIME].max()))
-                if thread_last is not None:
-                    track_thread_last(batch.keys, thread_last)
-                if progress is not None:
-                    progress(sum(n for k, n in result.rows.items() if not registry.get(k).derived),
-                             planned_rows)
-            fh.flush()
-            fh.seek(0)
-            # the header is written last: objects registered while streaming are included
-            fh.write(pv.header_line(numbering.layout(), end_time, origin, capacity))
-            fh.flush()
-            os.fsync(fh.fileno())
-        atomic_write(pcf, pv.pcf_text(event_types(numbering)))
-        atomic_write(row, pv.row_text(numbering.layout()))
-        os.replace(tmp, prv)
-        fsync_dir(prv.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    result.records = records
-    result.end_time = end_time
-    result.numbering = numbering
-    result.origin = origin
-    result.bytes_written = prv.stat().st_size
-    result.seconds = time.perf_counter() - started
-    result.outputs = [str(prv), str(pcf), str(row)]
-    return result
-
-
-def thread_spans(keys: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
-    """((task, thread), first time, last time) of every object in a time-sorted batch."""
-    task, thread = key_objects(keys)
-    code = task << 32 | thread
-    order = np.argsort(code, kind="stable")  # stable: time order kept within each object
-    cuts = np.flatnonzero(np.diff(code[order])) + 1
-    starts = np.concatenate(([0], cuts)) if len(order) else cuts
-    ends = np.concatenate((cuts, [len(order)])) if len(order) else cuts
-    times = keys[:, KEY_TIME]
-    return [((c >> 32, c & 0xFFFFFFFF), f, t) for c, f, t in zip(
-        code[order[starts]].tolist(), times[order[starts]].tolist(),
-        times[order[ends - 1]].tolist(), strict=True)]
-
-
-def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int],
-                      spans: list[tuple[tuple[int, int], int, int]] | None = None) -> None:
-    """Fold a sorted batch's last time per (task, thread) into ``last``."""
-    for obj, _, t in thread_spans(keys) if spans is None else spans:
-        if t > last.get(obj, -1):
-            last[obj] = t
-
-
 def _check_requested(reports: list[PreparedReport], wanted: list[str]) -> None:
     """Raise when no input holds any kind ``--trace`` asked for; warn for each asked-for
     kind no input holds (the trace is still useful without it)."""
     found = {k for rep in reports for k in rep.kinds}
-    held = {k for rep in reports for k, n in rep.plan.counts.items() if n}
-    if held & {"kernel", "memcpy"} and "runtime" in held:
-        held.add("comm")  # links join API calls to the GPU work they started
+    # with the derived kinds their inputs give (links join API calls to the GPU work)
+    held = set(registry.to_convert({k for rep in reports
+                                    for k, n in rep.plan.counts.items() if n}))
     names = ", ".join(user_kind(k) for k in sorted(held)) or "nothing prvstream converts"
     absent = [user_kind(k) for k in wanted if k not in found]
     if not found:

@@ -1,0 +1,227 @@
+"""A trace written from planned reports: canonical (or a live job's) numbering, every report
+streamed and merged with bounded fan-in, the text written by the Paraver writer. Batch
+conversion, scale-out and the live trace's rewrites (compaction, finalize) share it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from prvstream.daemon.config import Settings
+from prvstream.daemon.kinds import registry
+from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
+from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.pipeline import (
+    PreparedReport,
+    ReportObjects,
+    objects_of,
+    report_context,
+    report_stream,
+    value_labels_of,
+)
+from prvstream.sinks.base import Sink
+from prvstream.sinks.errors import NotAnExport, OutputConflict
+from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.writer import PrvWriter, metadata, placeholder
+from prvstream.sinks.paraver.writer import header_capacity as paraver_capacity
+
+__all__ = [
+    "ConvertResult",
+    "canonical_numbering",
+    "event_types",
+    "numbering_of",
+    "thread_spans",
+    "trace_metadata",
+    "track_thread_last",
+    "write_trace",
+]
+
+log = get_logger(__name__)
+
+#: smallest chunk a report gets when many reports share the chunk budget
+_MIN_SHARED_CHUNK = 512
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion did."""
+
+    reports: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    rows: Counter[str] = field(default_factory=Counter)
+    #: Paraver records written per kind (they add up to ``records``)
+    kind_records: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+    end_time: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+    #: the ids and origin the trace was written with
+    numbering: Numbering | None = None
+    origin: int = 0
+
+
+def event_types(numbering: Numbering) -> list[pv.EventTypeSpec]:
+    """The .pcf blocks of a trace, derived from its numbering only."""
+    return registry.event_types(numbering.values)
+
+
+def trace_metadata(numbering: Numbering) -> tuple[bytes, bytes]:
+    """The .pcf and .row a numbering publishes."""
+    return metadata(event_types(numbering), numbering.layout())
+
+
+def _check_output(path: Path) -> None:
+    if path.is_symlink():
+        raise OutputConflict(f"{path} is a symlink; choose another output path")
+
+
+def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
+    """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
+    return numbering_of((objects_of(rep), value_labels_of(rep)) for rep in ordered)
+
+
+def numbering_of(parts: Iterable[tuple[ReportObjects, dict[str, set[str]]]]) -> Numbering:
+    """The canonical ids from every report's (objects, value labels), in report order."""
+    values: dict[str, set[str]] = {}
+    objects: ReportObjects = []
+    for report_objects, report_values in parts:
+        objects.extend(report_objects)
+        for group, labels in report_values.items():
+            values.setdefault(group, set()).update(labels)
+    numbering = Numbering.canonical(objects, values)
+    if len(numbering.tasks) > pv.MAX_PARAVER_OBJECTS:
+        log.warning("paraver_object_limit", tasks=len(numbering.tasks),
+                    limit=pv.MAX_PARAVER_OBJECTS)
+    return numbering
+
+
+def write_trace(
+    reports: list[PreparedReport],
+    out: Path,
+    settings: Settings,
+    sink: Sink | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    *,
+    numbering: Numbering | None = None,
+    origin: int | None = None,
+    sink_for: Callable[[PreparedReport], Sink | None] | None = None,
+    header_capacity: int = 0,
+    thread_last: dict[tuple[int, int], int] | None = None,
+) -> ConvertResult:
+    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
+
+    By default ids are canonical and the origin is the earliest report start, so ``reports``
+    may come in any order; a live job passes its own ``numbering`` (appended to, never
+    renumbered) and ``origin``. ``sink`` (one report at a time only) or ``sink_for`` (a sink
+    per report) receive the GPU activity. ``thread_last``, when given, is filled with each
+    (task, thread)'s last record time. Memory: chunk x fan-in.
+    """
+    started = time.perf_counter()
+    result = ConvertResult(reports=[str(r.path) for r in reports])
+    if not reports:
+        raise NotAnExport("no convertible export among the inputs")
+    ordered = sorted(reports, key=lambda r: r.sort_key)
+    if origin is None:
+        origin = min(r.wall_start for r in ordered)
+    if numbering is None:
+        numbering = canonical_numbering(ordered)
+    live_numbering = numbering
+    planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
+
+    if len(ordered) > 1:  # planned: free every connection until its report streams
+        for rep in ordered:
+            rep.close()
+    # memory budget: every open report pools about one chunk per table, and up to fan_in
+    # reports are open at once, so share settings.chunk_rows among them
+    open_reports = min(len(ordered), settings.fan_in)
+    chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
+
+    def lazy(index: int, rep: PreparedReport) -> Stream:
+        rep.open(chunk_rows)
+        ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
+        target = sink_for(rep) if sink_for is not None else sink
+        try:
+            yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
+                                     result.kind_records)
+        finally:
+            rep.close()
+
+    streams = [lazy(i, rep) for i, rep in enumerate(ordered)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
+    for path in (prv, pcf, row):
+        _check_output(path)
+    capacity = paraver_capacity(numbering.layout(), origin,
+                                header_capacity or settings.header_capacity)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
+    tmp = Path(tmp_name)
+    os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(placeholder(capacity))
+            writer = PrvWriter(fh)
+            # one report's stream is already merged; several are merged with bounded fan-in
+            merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
+            for batch, _ in merged:
+                if not len(batch):
+                    continue
+                writer.write(batch)
+                if thread_last is not None:
+                    track_thread_last(batch.keys, thread_last)
+                if progress is not None:
+                    progress(sum(n for k, n in result.rows.items()
+                                 if not registry.get(k).derived), planned_rows)
+            # the header is written last: objects registered while streaming are included
+            writer.finish(pv.header_line(numbering.layout(), writer.end_time, origin, capacity))
+        pcf_bytes, row_bytes = trace_metadata(numbering)
+        atomic_write(pcf, pcf_bytes)
+        atomic_write(row, row_bytes)
+        os.replace(tmp, prv)
+        fsync_dir(prv.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    records, end_time = writer.records, writer.end_time
+    result.records = records
+    result.end_time = end_time
+    result.numbering = numbering
+    result.origin = origin
+    result.bytes_written = prv.stat().st_size
+    result.seconds = time.perf_counter() - started
+    result.outputs = [str(prv), str(pcf), str(row)]
+    return result
+
+
+def thread_spans(keys: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:
+    """((task, thread), first time, last time) of every object in a time-sorted batch."""
+    task, thread = key_objects(keys)
+    code = task << 32 | thread
+    order = np.argsort(code, kind="stable")  # stable: time order kept within each object
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    starts = np.concatenate(([0], cuts)) if len(order) else cuts
+    ends = np.concatenate((cuts, [len(order)])) if len(order) else cuts
+    times = keys[:, KEY_TIME]
+    return [((c >> 32, c & 0xFFFFFFFF), f, t) for c, f, t in zip(
+        code[order[starts]].tolist(), times[order[starts]].tolist(),
+        times[order[ends - 1]].tolist(), strict=True)]
+
+
+def track_thread_last(keys: np.ndarray, last: dict[tuple[int, int], int],
+                      spans: list[tuple[tuple[int, int], int, int]] | None = None) -> None:
+    """Fold a sorted batch's last time per (task, thread) into ``last``."""
+    for obj, _, t in thread_spans(keys) if spans is None else spans:
+        if t > last.get(obj, -1):
+            last[obj] = t
+
+

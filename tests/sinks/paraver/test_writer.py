@@ -1,0 +1,85 @@
+"""The Paraver trace writer: body behind a placeholder, header last, growth, metadata."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+
+from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, event_lines, make_keys
+from prvstream.sinks.paraver.writer import (
+    MAX_END_TIME,
+    PrvWriter,
+    grow_header,
+    header_capacity,
+    metadata,
+    placeholder,
+)
+
+SINKS = Path(__file__).resolve().parents[3] / "sinks"
+
+
+def _layout(tasks: int = 2) -> pv.TraceLayout:
+    return pv.TraceLayout(nodes=["n1"], tasks=[pv.TaskLayout(f"t{i}", 1, ["a", "b"])
+                                               for i in range(tasks)])
+
+
+def _batch(times: list[int]) -> RecordBatch:
+    t = np.array(times, dtype=np.int64)
+    ones = np.ones(len(t), dtype=np.int64)
+    lines = event_lines(ones, ones, t, (pv.EV_API, ones))
+    return lines.batch(make_keys(t, PRIO_BEGIN, ones, ones, 21, 0, np.arange(len(t))))
+
+
+def test_capacity_holds_any_end_time() -> None:
+    layout = _layout(50)
+    capacity = header_capacity(layout, 0)
+    assert len(pv.header_line(layout, MAX_END_TIME, 0, capacity)) == capacity
+    assert header_capacity(layout, 0, at_least=10**6) == 10**6
+    assert placeholder(capacity).endswith(b"\n") and len(placeholder(capacity)) == capacity
+
+
+def test_body_then_header_last(tmp_path: Path) -> None:
+    layout = _layout()
+    capacity = header_capacity(layout, 0)
+    prv = tmp_path / "t.prv"
+    with prv.open("wb") as fh:
+        fh.write(placeholder(capacity))
+        writer = PrvWriter(fh)
+        writer.write(_batch([5, 7]))
+        writer.write(RecordBatch())
+        writer.write(_batch([9]))
+        writer.finish(pv.header_line(layout, writer.end_time, 0, capacity))
+    assert (writer.records, writer.end_time) == (3, 9)
+    lines = prv.read_bytes().split(b"\n")
+    assert lines[0].startswith(b"#Paraver (") and b":9_ns:" in lines[0]
+    assert lines[1:] == [b"2:0:1:1:1:5:63000000:1", b"2:0:1:1:1:7:63000000:1",
+                         b"2:0:1:1:1:9:63000000:1", b""]
+
+
+def test_a_grown_header_keeps_the_body(tmp_path: Path) -> None:
+    prv = tmp_path / "t.prv"
+    body = b"2:0:1:1:1:5:63000000:1\n"
+    prv.write_bytes(placeholder(64) + body)
+    header = pv.header_line(_layout(), 5, 0, 4096)
+    grow_header(prv, 64, header)
+    assert prv.read_bytes() == header + body
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_metadata_is_the_pcf_and_row_of_the_layout() -> None:
+    specs = [pv.EventTypeSpec([(pv.EV_API, "CUDA API call")], {1: "cudaMalloc"})]
+    pcf, row = metadata(specs, _layout())
+    assert pcf.decode() == pv.pcf_text(specs) and row.decode() == pv.row_text(_layout())
+
+
+def test_sinks_never_import_the_daemon() -> None:
+    offenders = []
+    for path in SINKS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith("prvstream.daemon")]
+    assert offenders == []

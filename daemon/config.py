@@ -116,6 +116,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: summary.json keeps the latest this many windows and instances of each phase name
     #: (summary.jsonl keeps everything)
     summary_recent: int = 64
+    #: write report.html (``prvstream report``) beside the summaries at every commit; it is
+    #: always written when a job is finalized
+    report_html: bool = False
     #: bytes reserved for the .prv header so that it can be rewritten in place
     header_capacity: int = 4096
     #: unset: warning for commands a person runs, info for the daemon

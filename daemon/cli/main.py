@@ -43,6 +43,7 @@ _HANDLERS = {
     "watch": "prvstream.daemon.cli.watch",
     "finalize": "prvstream.daemon.cli.finalize",
     "summary": "prvstream.daemon.cli.summary",
+    "report": "prvstream.daemon.cli.report",
     "synth": "prvstream.daemon.cli.synth",
     "demo": "prvstream.daemon.cli.demo",
     "bench": "prvstream.daemon.cli.bench",
@@ -58,6 +59,7 @@ commands (prvstream COMMAND --help for each one's options):
   demo        a synthetic job converted live: start here     prvstream demo
   convert     exports -> one Paraver trace + efficiency      prvstream convert run/*.sqlite -o run
   summary     a job's or a conversion's GPU efficiency       prvstream summary run.summary.json
+  report      a job's efficiency as one HTML page            prvstream report run -o run.html
   watch       the daemon: traces grow as reports land        prvstream watch /scratch/profiles
   finalize    compact a job's live trace (canonical form)    prvstream finalize /scratch/profiles/42
   doctor      check this machine for the daemon              prvstream doctor /scratch/profiles
@@ -231,6 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write Prometheus textfile-collector metrics to FILE")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                    help="how often --follow looks for new lines")
+    _common(p)
+
+    p = _add(sub, "report", "Write one self-contained HTML page (inline SVG, no network) of a "
+             "job's efficiency: metrics tree, verdict and culprit, devices, metrics over time "
+             "and phases. SRC is a job directory, a summary, or Nsight Systems exports "
+             "(converted with windows sized to the job's span).")
+    p.add_argument("sources", nargs="+", metavar="SRC",
+                   help="job directory, summary.json(l), or .sqlite exports")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                   help="the HTML file to write")
     _common(p)
 
     p = _add(sub, "synth", "Write one SQLite export per rank (per slice with --slices) that "

@@ -325,6 +325,14 @@ class LiveTrace:
         if length != before:
             self.journal.state.summary_length = length
         self.out.replace(self.summary_json.name, encode_record(self.model.state()))
+        if self.settings.report_html:
+            self._publish_report()
+
+    def _publish_report(self) -> None:
+        """``report.html`` beside the summaries (setting ``report_html``; always on finalize)."""
+        from prvstream.sinks.report import render_html
+
+        self.out.replace("report.html", render_html(self.model.state()).encode())
 
     # -- appending -------------------------------------------------------------------------
     def append(self, path: Path, identity: ReportIdentity) -> AppendResult:
@@ -634,5 +642,6 @@ class LiveTrace:
         state.finalized = True
         self._remember_prv()
         self._commit()
+        self._publish_report()
         log.info("job_finalized", job=state.job_dir, reports=len(state.reports),
                  records=result.records, prv=str(self.prv))

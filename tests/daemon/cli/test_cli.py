@@ -12,7 +12,8 @@ import pytest
 
 from prvstream.daemon.cli.main import build_parser, cli
 
-SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "synth", "demo", "bench", "doctor",
+SUBCOMMANDS = ["convert", "watch", "finalize", "summary", "report", "synth", "demo", "bench",
+               "doctor",
                "completion"]
 
 

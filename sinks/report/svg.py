@@ -95,8 +95,8 @@ def metrics_chart(tl: Timeline, width: int = 720, height: int = 260) -> str:
             v = float(getattr(m, field))
             pts += [f"{_f(sx(a))},{_f(sy(v))}", f"{_f(sx(b))},{_f(sy(v))}"]
         if len(pts) == 2 and pts[0] == pts[1]:  # a single point: draw a dot
-            x, y = pts[0].split(",")
-            out.append(f'<circle cx="{x}" cy="{y}" r="3" fill="{COLORS[field]}"/>')
+            cx, cy = pts[0].split(",")
+            out.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{COLORS[field]}"/>')
         else:
             out.append(f'<polyline fill="none" stroke="{COLORS[field]}" stroke-width="2" '
                        f'points="{" ".join(pts)}"/>')

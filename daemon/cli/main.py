@@ -119,8 +119,8 @@ def _dask(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dask", metavar="SPEC",
                    help="run per-report work on Dask: local:N (N worker processes here), "
                         "tcp://HOST:PORT or a scheduler file; the exports and outputs must be "
-                        "on a file system every worker sees (needs prvstream[dask]; or dask "
-                        "in --config, PRVSTREAM_DASK)")
+                        "on a file system every worker sees (needs the distributed package; "
+                        "or dask in --config, PRVSTREAM_DASK)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

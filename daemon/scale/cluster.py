@@ -61,7 +61,8 @@ def _import_distributed() -> Any:
         import distributed
     except ImportError as exc:
         raise PrvstreamError(
-            "--dask needs the 'distributed' package: pip install 'prvstream[dask]'") from exc
+            "--dask needs the 'distributed' package: pip install distributed in prvstream's "
+            "environment (or pip install '.[dask]' in the prvstream checkout)") from exc
     return distributed
 
 

@@ -18,7 +18,8 @@ def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
                  png: str | os.PathLike[str]) -> None:
     """Per-device stacked useful/comm/idle bars and the metrics over time, into a PNG.
 
-    Needs matplotlib (``pip install 'prvstream[plot]'``); imported only here.
+    Needs matplotlib (the ``plot`` extra: ``pip install '.[plot]'`` in the checkout);
+    imported only here.
     """
     try:
         import matplotlib
@@ -26,8 +27,9 @@ def plot_summary(state: SummaryState, history: Sequence[SummaryRecord],
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise PrvstreamError("--plot needs matplotlib; install it with "
-                             "pip install 'prvstream[plot]'") from exc
+        raise PrvstreamError("--plot needs matplotlib: pip install matplotlib in prvstream's "
+                             "environment (or pip install '.[plot]' in the prvstream "
+                             "checkout)") from exc
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     devs = sorted(state.devices, key=lambda d: (d.host, d.device))
     labels = [f"{d.host}:{d.device}" for d in devs]

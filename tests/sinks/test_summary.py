@@ -216,7 +216,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 def test_plot_without_matplotlib_says_how_to_install(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(PrvstreamError, match=r"prvstream\[plot\]"):
+    with pytest.raises(PrvstreamError, match=r"pip install matplotlib .*\.\[plot\]"):
         plot_summary(_state(1, 1, 1), [], tmp_path / "out.png")
 
 

@@ -187,6 +187,11 @@ class KindSpec:
     cost_inputs: tuple[str, ...] = ()
     #: estimated reading cost from rows per kind (default: rows x (values per row + 2))
     read_cost: Callable[[Mapping[str, int]], int] | None = None
+    #: lowers a chunk's watermark (start of its last row) when the kind may still write records
+    #: before it (host states wait for the next call on their thread)
+    watermark: Callable[[ReportContext, int], int] | None = None
+    #: the records the kind still owes when its stream ends
+    finish: Callable[[ReportContext], RecordBatch] | None = None
 
     @property
     def derived(self) -> bool:

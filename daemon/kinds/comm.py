@@ -1,5 +1,6 @@
-"""Launch -> kernel and API -> memcpy arrows (Paraver communications, tags 55001 and 55002):
-a derived kind, the join of CUDA API calls with the kernels and copies they started.
+"""Launch -> kernel and API -> memcpy/memset arrows (Paraver communications, tags 55001 and
+55002, as nsys2prv writes them): a derived kind, the join of CUDA API calls with the kernels,
+copies and memsets they started.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ log = get_logger(__name__)
 RANK = 11
 
 #: one row per arrow; device and stream travel packed in one int64 and the size with the
-#: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy), so that a kernel's
+#: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy/memset), so a kernel's
 #: last value is the small int 0 (fewer Python objects per fetched row)
 _SQL = """
 SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}
@@ -34,17 +35,18 @@ JOIN {table} AS g
 
 
 def select_sql(schema: Schema) -> str | None:
-    """Launch -> kernel (tag 55001) and API -> memcpy (tag 55002) arrows, by send time."""
+    """Launch -> kernel (tag 55001) and API -> memcpy/memset (tag 55002) arrows, by send
+    time."""
     parts = []
     device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
                                  wrap_i4("COALESCE(g.streamId, -1)"))
     if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
         parts.append(_SQL.format(device_stream=device_stream, size_kind="0",
                                  table="CUPTI_ACTIVITY_KIND_KERNEL"))
-    if schema.has("CUPTI_ACTIVITY_KIND_MEMCPY", "correlationId"):
-        parts.append(_SQL.format(device_stream=device_stream,
-                                 size_kind="(COALESCE(g.bytes, 0) << 1) | 1",
-                                 table="CUPTI_ACTIVITY_KIND_MEMCPY"))
+    for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if schema.has(table, "correlationId"):
+            parts.append(_SQL.format(device_stream=device_stream,
+                                     size_kind="(COALESCE(g.bytes, 0) << 1) | 1", table=table))
     if not parts or not schema.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
         return None
     return " UNION ALL ".join(parts) + " ORDER BY 1"
@@ -65,23 +67,24 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
 
 
 def _available(present: set[str]) -> bool:
-    return ("kernel" in present or "memcpy" in present) and "runtime" in present
+    return bool(present & {"kernel", "memcpy", "memset"}) and "runtime" in present
 
 
 def _cost(rows: Mapping[str, int]) -> int:
     """The join: its rows x 8 plus a probe per API row."""
-    return (rows.get("kernel", 0) + rows.get("memcpy", 0)) * 8 + rows.get("runtime", 0) * 3
+    gpu = rows.get("kernel", 0) + rows.get("memcpy", 0) + rows.get("memset", 0)
+    return gpu * 8 + rows.get("runtime", 0) * 3
 
 
 SPEC = KindSpec(
     name="comm",
-    title="launch -> kernel and API -> memcpy arrows",
+    title="launch -> kernel and API -> memcpy/memset arrows",
     rank=RANK,
     dtype=np.dtype([("start", I8), ("gtid", I8), ("recv", I8), ("gpid", I8),
                     ("device", I4), ("stream", I4), ("size_kind", I8)]),
     select=select_sql,
     convert=convert,
     available=_available,
-    cost_inputs=("kernel", "memcpy", "runtime"),
+    cost_inputs=("kernel", "memcpy", "memset", "runtime"),
     read_cost=_cost,
 )

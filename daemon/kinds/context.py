@@ -73,7 +73,7 @@ def metrics_key(gpu: int) -> ThreadKey:
 
 
 def metrics_name(gpu: int) -> str:
-    return f"GPU{gpu} metrics"
+    return f"Metrics GPU{gpu}"
 
 
 def stream_name(device: int, stream: int) -> str:
@@ -168,6 +168,11 @@ class ReportContext:
     metric_owner: dict[int, int] = field(default_factory=dict)
     #: (globalPid, stream, device as written) -> the device synchronization rows belong to
     sync_devices: dict[tuple[int, ...], int] = field(default_factory=dict)
+    #: trace-relative first record of the report (host threads are Running from there)
+    start_rel: int = 0
+    #: (task, thread) of each CPU thread that gets host states -> time its states reach
+    #: (``kinds.hoststates``)
+    host_pending: dict[tuple[int, int], int] = field(default_factory=dict)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
     _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
     _cpu: dict[int, tuple[int, int]] = field(default_factory=dict)

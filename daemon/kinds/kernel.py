@@ -53,7 +53,9 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     shown = state_starts(ctx, "kernel", task, thread, start, end)
     begin = event_lines(task, thread, shown, (etype, value),
                         (pv.EV_CORRELATION, np.maximum(chunk["corr"], 0)), *attrs)
-    finish = event_lines(task, thread, end, (etype, 0))
+    # the end zeroes the correlation id and every attribute, as nsys2prv does
+    finish = event_lines(task, thread, end, (etype, 0), (pv.EV_CORRELATION, 0),
+                         *((t, 0) for t, _, _ in pv.EV_KERNEL_ATTRS))
     states = state_lines(task, thread, shown, end, state)
     kind = np.where(nccl, ActivityKind.NCCL, ActivityKind.COMPUTE).astype(np.uint8)
     return ChunkResult(
@@ -83,13 +85,13 @@ SPEC = KindSpec(
         *GPU_FIELDS, ("name", I8), ("dname", I8),
         ("grid_x", I4), ("grid_y", I4), ("grid_z", I4),
         ("block_x", I4), ("block_y", I4), ("block_z", I4),
-        ("registers", I4), ("smem_static", I4), ("smem_dynamic", I4),
+        ("registers", I4), ("smem_static", I4), ("smem_dynamic", I4), ("local_mem", I8),
     ]),
     columns=(*GPU_COLUMNS, ("shortName", "name"), ("demangledName", "dname"),
              ("gridX", "grid_x"), ("gridY", "grid_y"), ("gridZ", "grid_z"),
              ("blockX", "block_x"), ("blockY", "block_y"), ("blockZ", "block_z"),
              ("registersPerThread", "registers"), ("staticSharedMemory", "smem_static"),
-             ("dynamicSharedMemory", "smem_dynamic")),
+             ("dynamicSharedMemory", "smem_dynamic"), ("localMemoryTotal", "local_mem")),
     tables=(KindSource("CUPTI_ACTIVITY_KIND_KERNEL"),),
     convert=convert,
     plan=_plan,

@@ -28,7 +28,7 @@ from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import event_lines, state_lines
 
 __all__ = [
-    "MEMCPY_KIND_SHORT",
+    "MEMCPY_KIND_LABELS",
     "MEMCPY_UNKNOWN_VALUE",
     "MEMSET_VALUE",
     "SPEC",
@@ -39,10 +39,12 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: short memcpy direction names (CUPTI copyKind), for compact labels
-MEMCPY_KIND_SHORT: Final[dict[int, str]] = {
-    0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD",
+#: memcpy directions (CUPTI copyKind) as nsys labels them in ENUM_CUDA_MEMCPY_OPER
+MEMCPY_KIND_LABELS: Final[dict[int, str]] = {
+    0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+    4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+    8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+    11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device",
 }
 
 #: memcpy values are the CUPTI copy kind (1..13); unknown copies and memsets get their own
@@ -53,10 +55,11 @@ RANK = 2
 
 
 def memop_labels(copy_kinds: dict[int, str]) -> dict[int, str]:
-    """Labels of the memcpy/memset event values."""
-    labels = {k: f"memcpy {v}" for k, v in copy_kinds.items() if k > 0}
-    labels[MEMCPY_UNKNOWN_VALUE] = "memcpy (unknown direction)"
-    labels[MEMSET_VALUE] = "memset"
+    """Labels of the memcpy/memset event values, worded as nsys2prv words them
+    (``CUDA memcpy Host-to-Device``, ``CUDA memset``)."""
+    labels = {k: f"CUDA memcpy {v}" for k, v in copy_kinds.items() if k > 0}
+    labels[MEMCPY_UNKNOWN_VALUE] = f"CUDA memcpy {copy_kinds.get(0, 'Unknown')}"
+    labels[MEMSET_VALUE] = "CUDA memset"
     return labels
 
 
@@ -77,7 +80,8 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
     shown = state_starts(ctx, kind, task, thread, start, end)
     begin = event_lines(task, thread, shown, (pv.EV_MEMOP, value), (pv.EV_MEMOP_BYTES, size),
                         (pv.EV_CORRELATION, corr))
-    finish = event_lines(task, thread, end, (pv.EV_MEMOP, 0), (pv.EV_MEMOP_BYTES, 0))
+    finish = event_lines(task, thread, end, (pv.EV_MEMOP, 0), (pv.EV_MEMOP_BYTES, 0),
+                         (pv.EV_CORRELATION, 0))
     states = state_lines(task, thread, shown, end, pv.STATE_MEMORY)
     return ChunkResult(
         interval_batch(ctx, kind, rank, shown, end, task, thread, begin, finish, states),
@@ -95,9 +99,9 @@ def _plan(scan: PlanScan, src: KindSource) -> None:
 
 def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:
     return [
-        (30, pv.EventTypeSpec([(pv.EV_MEMOP, "CUDA memcpy/memset")],
-                              memop_labels(MEMCPY_KIND_SHORT))),
-        (40, pv.EventTypeSpec([(pv.EV_MEMOP_BYTES, "CUDA memory transfer size (B)")])),
+        (30, pv.EventTypeSpec([(pv.EV_MEMOP, "CUDA memcpy kernel")],
+                              memop_labels(MEMCPY_KIND_LABELS))),
+        (40, pv.EventTypeSpec([(pv.EV_MEMOP_BYTES, "Memcopy size")])),
     ]
 
 

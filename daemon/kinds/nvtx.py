@@ -180,9 +180,10 @@ def _plan(scan: PlanScan, src: KindSource) -> None:
 def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:
     if "nvtx" not in values:
         return []
-    domains = ["default domain", *values.get("nvtx_domain", [])]
-    types = [(nvtx_type(k), f"NVTX push/pop {d}") for k, d in enumerate(domains)]
-    types += [(pv.EV_NVTX_STARTEND, "NVTX start/end range"), (pv.EV_NVTX_MARK, "NVTX mark")]
+    # type labels as nsys2prv writes them
+    domains = ["default", *values.get("nvtx_domain", [])]
+    types = [(nvtx_type(k), f"NVTX pushpop ranges {d} domain") for k, d in enumerate(domains)]
+    types += [(pv.EV_NVTX_STARTEND, "NVTX startend ranges"), (pv.EV_NVTX_MARK, "NVTX mark")]
     labels = {i + 1: lab for i, lab in enumerate(values["nvtx"])}
     return [(80, pv.EventTypeSpec(types, labels))]
 

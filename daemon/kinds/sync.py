@@ -48,8 +48,9 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     end = chunk["end"] + ctx.offset
     task, thread = ctx.gpu_objects(chunk)
     value = np.maximum(chunk["sync_type"], 0) + 1
-    begin = event_lines(task, thread, start, (pv.EV_SYNC, value),
-                        (pv.EV_CORRELATION, np.maximum(chunk["corr"], 0)))
+    # no correlation id: the runtime call that waited carries it (and corrId.cfg then
+    # measures what nsys2prv's does)
+    begin = event_lines(task, thread, start, (pv.EV_SYNC, value))
     finish = event_lines(task, thread, end, (pv.EV_SYNC, 0))
     return ChunkResult(
         interval_batch(ctx, "sync", RANK, start, end, task, thread, begin, finish),

@@ -84,12 +84,13 @@ class ProcessRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What an export says about itself, and how its session clock maps to wall time.
 
-    ``wall_ns = session_ns + wall_offset_ns``. With ``systemClockNs`` (2025+) the offset is
-    ``utcEpochNs - systemClockNs`` (exact); without it the earliest converted timestamp is
-    anchored on the session start wall time (``utcEpochNs - first_ns``); with no
-    ``utcEpochNs`` at all the earliest timestamp becomes wall time 0 (``-first_ns``).
-    A ``systemClockNs`` later than the first event (by more than 1 s) is not on the events'
-    clock (seen in a 2026.1 WSL export: 515396 s vs events at 1.3 s) and is ignored.
+    ``wall_ns = session_ns + wall_offset_ns``; the session starts at ``session_start_ns`` on
+    the export's clock, which is wall time ``utcEpochNs``. With ``systemClockNs`` (2025+) the
+    timestamps are on the system clock and the session starts at ``systemClockNs``; otherwise
+    they count from the session start (0), as in every export before 2025 and in the Nsight
+    Systems GUI. A ``systemClockNs`` later than the first event (by more than 1 s) is not on
+    the events' clock (seen in a 2026.1 WSL export: 515396 s vs events at 1.3 s) and is
+    ignored. With no ``utcEpochNs`` at all, wall time is the export's own clock.
     """
 
     path: str
@@ -103,15 +104,17 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     first_ns: int
     last_ns: int
     wall_offset_ns: int
-    #: how wall_offset_ns was derived: "system_clock", "first_event" or "none"
+    #: how wall_offset_ns was derived: "system_clock", "session_start" or "none"
     clock_anchor: str = "system_clock"
+    #: where the session starts on the export's clock (time 0 of the Nsight Systems GUI)
+    session_start_ns: int = 0
 
     def notes(self) -> list[str]:
         """What a reader of this export's summary should know about the export itself."""
-        if self.clock_anchor == "first_event" and self.system_clock_ns is not None:
-            return ["session start clock (systemClockNs) is not the events' clock: wall-clock "
-                    "times anchored on the first event, so alignment with other nodes' "
-                    "reports is less exact"]
+        if self.clock_anchor == "session_start" and self.system_clock_ns is not None:
+            return ["session start clock (systemClockNs) is not the events' clock: timestamps "
+                    "taken as counting from the session start (utcEpochNs), so alignment with "
+                    "other nodes' reports is less exact"]
         return []
 
 
@@ -390,17 +393,17 @@ class Export:
                 utc = None if row[0] is None else int(row[0])
                 sysclk = None if row[1] is None else int(row[1])
         first, last = self._time_range()
-        anchor = "none"
+        anchor, session = "none", 0
         if utc is not None and sysclk is not None and sysclk <= first + _CLOCK_SLACK_NS:
-            offset, anchor = utc - sysclk, "system_clock"
+            offset, anchor, session = utc - sysclk, "system_clock", sysclk
         elif utc is not None:
             if sysclk is not None:
                 # about the export, not the user's action: ExportMeta.notes() tells the summary
                 log.debug("system_clock_ignored", path=str(self.path), system_clock_ns=sysclk,
                           first_ns=first)
-            offset, anchor = utc - first, "first_event"
+            offset, anchor = utc, "session_start"
         else:
-            offset = -first
+            offset = 0
         return ExportMeta(
             path=str(self.path),
             product_version=md.get("EXPORT_PRODUCT_VERSION", ""),
@@ -414,6 +417,7 @@ class Export:
             last_ns=last,
             wall_offset_ns=offset,
             clock_anchor=anchor,
+            session_start_ns=session,
         )
 
     def _time_range(self) -> tuple[int, int]:

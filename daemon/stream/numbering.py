@@ -15,7 +15,12 @@ import msgspec
 
 from prvstream.daemon.kinds.context import ThreadKey, cpu_key, gpu_key
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.paraver.format import MAX_PARAVER_OBJECTS, TaskLayout, TraceLayout
+from prvstream.sinks.paraver.format import (
+    MAX_PARAVER_OBJECTS,
+    TaskLayout,
+    TraceLayout,
+    row_label,
+)
 
 __all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
 
@@ -109,12 +114,16 @@ class Numbering:
 
     # -- views -----------------------------------------------------------------------------
     def layout(self) -> TraceLayout:
+        """The trace's objects with their .row labels (``format.row_label``); the readable
+        thread names (``thread_names``) stay in the numbering (journal)."""
         node_ids = {host: i + 1 for i, host in enumerate(self.nodes)}
         return TraceLayout(
             nodes=list(self.nodes),
             tasks=[
-                TaskLayout(name=t.name, node=node_ids[t.host], threads=list(t.thread_names))
-                for t in self.tasks
+                TaskLayout(name=t.name, node=node_ids[t.host],
+                           threads=[row_label(task_id, i, key, t.host)
+                                    for i, key in enumerate(t.thread_keys, 1)])
+                for task_id, t in enumerate(self.tasks, 1)
             ],
         )
 

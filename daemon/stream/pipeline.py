@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds import hoststates, registry
 from prvstream.daemon.kinds.context import (
     ReportContext,
     ThreadKey,
@@ -77,6 +77,7 @@ class PreparedReport:
     plan: ExportPlan
     host: str
     kinds: list[str]
+    #: wall-clock time of the session start (time 0 of the report in the Nsight Systems GUI)
     wall_start: int
     wall_end: int
     ranks: dict[int, int] = field(default_factory=dict)
@@ -143,7 +144,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
         raise
     return PreparedReport(
         path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
-        wall_start=meta.first_ns + meta.wall_offset_ns,
+        wall_start=meta.session_start_ns + meta.wall_offset_ns,
         wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, source=source,
     )
 
@@ -265,6 +266,12 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         ctx.bind_task(gpid, task)
         process_index[gpid] = len(processes)
         processes.append(ProcessInfo(host=host, pid=pid, name=name, rank=rank))
+    ctx.start_rel = meta.first_ns + offset
+    if "runtime" in rep.kinds:  # every CPU thread gets host states (kinds.hoststates)
+        gtids = [g for gpid in rep.plan.processes
+                 for g in rep.plan.threads_by_process.get(gpid, [])]
+        if gtids:
+            hoststates.register(ctx, *ctx.cpu_objects(np.array(gtids, dtype=np.int64)))
     devices: list[DeviceInfo] = []
     for gpid, device in sorted({(g, d) for g, d, _ in rep.plan.streams}):
         ctx.device_index[(gpid, device)] = len(devices)
@@ -322,15 +329,22 @@ class ActivityRouter:
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
                  router: ActivityRouter, counts: Counter[str],
                  records: Counter[str]) -> Stream:
-    convert = registry.get(kind).convert
+    spec = registry.get(kind)
     for chunk in chunks:
         if not len(chunk):
             continue
-        result = convert(ctx, chunk)
+        result = spec.convert(ctx, chunk)
         router.add(result.activity, result.phases)
         counts[kind] += result.rows
         records[kind] += len(result.records)
-        yield result.records, int(chunk["start"].max()) + ctx.offset
+        watermark = int(chunk["start"].max()) + ctx.offset
+        if spec.watermark is not None:
+            watermark = spec.watermark(ctx, watermark)
+        yield result.records, watermark
+    if spec.finish is not None:
+        tail = spec.finish(ctx)
+        records[kind] += len(tail)
+        yield tail, ctx.end_rel
 
 
 def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chunk_rows: int,

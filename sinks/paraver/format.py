@@ -38,7 +38,9 @@ __all__ = [
     "STATE_IDLE",
     "STATE_MEMORY",
     "STATE_NAMES",
+    "STATE_OTHERS",
     "STATE_RUNNING",
+    "STATE_SCHEDULING",
     "STATE_SYNC",
     "TAG_API_MEMCPY",
     "TAG_LAUNCH_KERNEL",
@@ -48,6 +50,7 @@ __all__ = [
     "header_line",
     "pcf_text",
     "rewrite_header",
+    "row_label",
     "row_text",
     "sanitize_label",
 ]
@@ -63,17 +66,19 @@ EV_KERNEL = 63000006
 EV_NCCL = 63000007
 EV_GRAPH = 63000100
 EV_OPENACC = 63000200
-#: kernel attributes emitted with each kernel begin: (type, label, column of the kernel batch)
+#: kernel attributes emitted with each kernel begin, all ended with 0 at the kernel's end:
+#: (type, label, column of the kernel batch); numbers and labels as nsys2prv writes them
 EV_KERNEL_ATTRS: tuple[tuple[int, str, str], ...] = (
-    (9101, "CUDA kernel grid X", "grid_x"),
-    (9102, "CUDA kernel grid Y", "grid_y"),
-    (9103, "CUDA kernel grid Z", "grid_z"),
-    (9104, "CUDA kernel block X", "block_x"),
-    (9105, "CUDA kernel block Y", "block_y"),
-    (9106, "CUDA kernel block Z", "block_z"),
-    (9107, "CUDA kernel static shared memory (B)", "smem_static"),
-    (9108, "CUDA kernel dynamic shared memory (B)", "smem_dynamic"),
-    (9109, "CUDA kernel registers per thread", "registers"),
+    (9101, "Kernel GrdX", "grid_x"),
+    (9102, "Kernel GrdY", "grid_y"),
+    (9103, "Kernel GrdZ", "grid_z"),
+    (9104, "Kernel BlkX", "block_x"),
+    (9105, "Kernel BlkY", "block_y"),
+    (9106, "Kernel BlkZ", "block_z"),
+    (9107, "Kernel Static Shared Memory", "smem_static"),
+    (9108, "Kernel Dynamic Shared Memory", "smem_dynamic"),
+    (9109, "Kernel Local memory reserved for kernel", "local_mem"),
+    (9110, "Kernel Registers/Thread", "registers"),
 )
 EV_CORRELATION = 9200
 EV_OSRT = 9300
@@ -91,6 +96,10 @@ TAG_API_MEMCPY = 55002
 STATE_IDLE = 0
 STATE_RUNNING = 1
 STATE_SYNC = 5
+#: Extrae's states of a host thread inside a CUDA runtime call other than a synchronization
+#: or a copy: launches (its "overhead" state) and everything else
+STATE_SCHEDULING = 7
+STATE_OTHERS = 15
 STATE_COMM = 13
 STATE_MEMORY = 17
 STATE_NAMES: dict[int, str] = {
@@ -256,6 +265,25 @@ def pcf_text(event_types: Iterable[EventTypeSpec]) -> str:
                 out.append(f"{key}      {sanitize_label(spec.values[key])}")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def row_label(task: int, thread: int, key: tuple[int, int, int], host: str) -> str:
+    """A thread's row in the .row file, in the conventions BSC's tools read.
+
+    ``key`` is the thread's kind and identity: ``(0, tid, 0)`` a CPU thread, written
+    ``THREAD 1.<task>.<thread>`` as Extrae does (BasicAnalysis takes such rows for host
+    threads); ``(1, device, stream)`` a GPU stream, written ``CUDA-D<device>.S<stream>-<host>``
+    (``CUDA-D<device>.sync-<host>`` for synchronizations not tied to a stream), Extrae's
+    stream rows with nsys's device and stream ids; ``(2, gpu, 0)`` a GPU's metrics, written
+    ``Metrics GPU<gpu>`` as nsys2prv does. The process's readable name is the task's row.
+    """
+    if key[0] == 0:
+        return f"THREAD 1.{task}.{thread}"
+    if key[0] == 1:
+        stream = f"S{key[2]}" if key[2] >= 0 else "sync"
+        node = re.sub(r"\s+", "_", sanitize_label(host)) if host else "unknown-host"
+        return f"CUDA-D{key[1]}.{stream}-{node}"
+    return f"Metrics GPU{key[1]}"
 
 
 def row_text(layout: TraceLayout) -> str:

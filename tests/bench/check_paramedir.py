@@ -36,7 +36,7 @@ REAL_DATA = Path(os.environ.get("PRVSTREAM_TEST_DATA",
 #: stream key: (pid, device, stream)
 StreamKey = tuple[int, int, int]
 
-_STREAM = re.compile(r"^CUDA-D(\d+)\.S(\d+)$")
+_STREAM = re.compile(r"^CUDA-D(\d+)\.S(\d+)(?:-\S+)?$")
 _TASK_PID = re.compile(r":(\d+)(?:\s|$)")
 _FILTER = re.compile(r"^window_filter_module\s+evt_type\s+(\d+)((?:\s+\d+)+)\s*$")
 

@@ -29,24 +29,15 @@ _TINY = "nsys2026.1_torch_tiny_rtx3080"
 _VIDEO = "nsys2026.2_fastvideo_2gpu_noTARGETGPU_h100"
 _TORCHRUN = "nsys2026.2_torchrun2gpu_nccl_nvtx_h100"
 _ALL = (_CLOVER, _TINY, _VIDEO, _TORCHRUN)
-_ATTRS = "kernel attributes stay set after the kernel ends; 9109 holds registers, not local memory"
+_OVERLAP = ("kernels that overlap on one stream (programmatic dependent launch) show from the "
+            "previous kernel's end; nsys2prv's end record of the earlier kernel clears the next "
+            "kernel's values while it still runs")
 #: what -> (why prvstream differs on purpose, docs/mapping.md; the exports where it shows)
 _WHY: dict[str, tuple[str, tuple[str, ...]]] = {
-    **{str(t): (_ATTRS, _ALL) for t in (9101, 9102, 9103, 9104, 9105, 9106, 9107, 9109)},
-    "9108": (_ATTRS, (_VIDEO, _TORCHRUN)),
-    "9110": ("registers per thread are written as 9109", _ALL),
-    "9200": ("correlation ids stay set after kernels and copies, and synchronizations carry "
-             "them too", _ALL),
-    "63000000": ("API names keep their _vNNNNN suffix", _ALL),
-    "63000001": ("copy labels are short (memcpy HtoD)", _ALL),
-    "comm 55002": ("memsets have no arrow", (_VIDEO, _TORCHRUN)),
-    "origin": ("time 0 is the first record, not the session start", _ALL),
+    **{str(t): (_OVERLAP, (_TORCHRUN,)) for t in (*range(9101, 9108), 9109, 9110, 9200, 63000006)},
     "9600": ("the end of a nested NVTX push/pop range restores the enclosing range's value; "
              "nsys2prv writes 0 (its timeline shows no range while the outer one is open)",
              (_VIDEO, _TORCHRUN)),
-    "63000006": ("kernels that overlap on one stream (programmatic dependent launch) show from "
-                 "the previous kernel's end; nsys2prv's end record of the earlier kernel "
-                 "clears the next one's value", (_TORCHRUN,)),
 }
 #: (export stem, what) -> why prvstream differs there on purpose
 KNOWN: dict[tuple[str, str], str] = {

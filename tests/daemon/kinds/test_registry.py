@@ -69,7 +69,7 @@ def test_pcf_blocks_of_optional_kinds_appear_with_their_labels() -> None:
     assert types[-8:] == [9600, 9700, pv.EV_NVTX_STARTEND, pv.EV_NVTX_MARK, pv.EV_OSRT,
                           pv.EV_MPI_BASE + 1, pv.EV_MPI_BASE + 2, pv.EV_GPU_METRIC_BASE + 7]
     assert (pv.EV_GPU_METRIC_BASE + 7, "GPU metric: SM Active") in blocks[-1].types
-    assert blocks[-4].types[0] == (9600, "NVTX push/pop default domain")
+    assert blocks[-4].types[0] == (9600, "NVTX pushpop ranges default domain")
 
 
 def test_settings_take_the_registry_kinds() -> None:

@@ -26,7 +26,7 @@ EXPECTED = {
         product="2024.5.1.113", schema="3.13.2"),
     "nsys2026.1_torch_tiny_rtx3080": dict(
         metadata_table="META_DATA_EXPORT", hostname="DESKTOP-KBEMEQS", sysclock=True,
-        gpu=True, product="2026.1.1.204", schema="3.24.14", anchor="first_event"),
+        gpu=True, product="2026.1.1.204", schema="3.24.14", anchor="session_start"),
     "nsys2026.2_fastvideo_2gpu_noTARGETGPU_h100": dict(
         metadata_table="META_DATA_EXPORT", hostname="modal", sysclock=True, gpu=False,
         product="2026.2.1.210", schema="3.25.0"),
@@ -75,12 +75,17 @@ def test_real_export_meta(path: Path) -> None:
         assert meta.utc_epoch_ns is not None and meta.utc_epoch_ns > 1_600_000_000 * 10**9
         assert 0 < meta.first_ns < meta.last_ns
         assert meta.clock_anchor == want.get(
-            "anchor", "system_clock" if want["sysclock"] else "first_event")
+            "anchor", "system_clock" if want["sysclock"] else "session_start")
         if meta.clock_anchor == "system_clock":
             assert meta.system_clock_ns is not None
             assert meta.wall_offset_ns == meta.utc_epoch_ns - meta.system_clock_ns
-        else:
-            assert meta.wall_offset_ns == meta.utc_epoch_ns - meta.first_ns
+            assert meta.session_start_ns == meta.system_clock_ns
+        else:  # timestamps count from the session start
+            assert meta.wall_offset_ns == meta.utc_epoch_ns
+            assert meta.session_start_ns == 0
+        # the session starts at utcEpochNs, before the first event
+        assert meta.session_start_ns + meta.wall_offset_ns == meta.utc_epoch_ns
+        assert meta.session_start_ns <= meta.first_ns
         # the wall clock of the first event is within a day after the session start
         assert 0 <= meta.first_ns + meta.wall_offset_ns - meta.utc_epoch_ns < 86_400 * 10**9
 
@@ -393,8 +398,8 @@ def test_synthetic_meta_variants(tmp_path: Path, sysclock: bool, metadata: str |
         assert meta.export_complete is complete
         assert meta.hostname == host
         utc = 1_700_000_000_000_000_000
-        assert meta.wall_offset_ns == (utc - 900 if sysclock else utc - meta.first_ns)
-        assert meta.clock_anchor == ("system_clock" if sysclock else "first_event")
+        assert meta.wall_offset_ns == (utc - 900 if sysclock else utc)
+        assert meta.clock_anchor == ("system_clock" if sysclock else "session_start")
 
 
 def test_hostname_fallbacks(tmp_path: Path) -> None:
@@ -407,7 +412,7 @@ def test_hostname_fallbacks(tmp_path: Path) -> None:
     with open_export(path) as export:
         assert export.meta.hostname == "exporter"
         assert export.meta.utc_epoch_ns is None
-        assert export.meta.wall_offset_ns == -export.meta.first_ns
+        assert export.meta.wall_offset_ns == 0
         assert export.meta.clock_anchor == "none"
     con = sqlite3.connect(path)
     con.execute("DELETE FROM META_DATA_EXPORT")
@@ -441,8 +446,8 @@ def test_system_clock_off_the_event_clock_is_ignored(tmp_path: Path) -> None:
     with open_export(path) as export:
         meta = export.meta
         assert meta.system_clock_ns == 515396806359142
-        assert meta.clock_anchor == "first_event"
-        assert meta.wall_offset_ns == 1_700_000_000_000_000_000 - meta.first_ns
+        assert meta.clock_anchor == "session_start"
+        assert meta.wall_offset_ns == 1_700_000_000_000_000_000
 
 
 def test_paths_with_uri_characters_open_read_only(tmp_path: Path) -> None:

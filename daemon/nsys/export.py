@@ -170,6 +170,10 @@ def _memoized(method: Callable[[Export], _T]) -> Callable[[Export], _T]:
     return wrapper
 
 
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def _connect(p: Path) -> sqlite3.Connection:
     """A read-only connection to the file at ``p`` after checking its SQLite header."""
     problem = _header_problem(p)
@@ -181,6 +185,8 @@ def _connect(p: Path) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise NotAnExport(f"{p}: cannot open as SQLite ({exc}); check the file and its "
                           f"permissions") from exc
+    # a name that is not UTF-8 is read with replacement characters, never an error
+    con.text_factory = _decode_text
     try:
         con.execute("PRAGMA query_only=1")
         con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner

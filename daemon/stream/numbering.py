@@ -9,6 +9,7 @@ A live numbering only ever appends, so published ids never change.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 
 import msgspec
@@ -22,9 +23,30 @@ from prvstream.sinks.paraver.format import (
     row_label,
 )
 
-__all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "cpu_key", "gpu_key"]
+__all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "clean_label", "cpu_key",
+           "gpu_key"]
 
 log = get_logger(__name__)
+
+#: Unicode categories never written into a label: controls (\t, \r, U+0085 ...) and the line
+#: and paragraph separators (U+2028, U+2029): line-splitting readers of .pcf/.row break on them
+_UNWRITTEN = frozenset({"Cc", "Zl", "Zp"})
+
+
+def clean_label(text: str) -> str:
+    """``text`` with every control character and Unicode line break replaced by a space
+    (runs of them by one); text that needs nothing comes back as it is."""
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for ch in text:
+        if unicodedata.category(ch) in _UNWRITTEN:
+            if out and out[-1] != " ":
+                out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out).strip()
+
 
 class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
     """One task: its identity, display name and threads (keys and names in id order)."""
@@ -74,6 +96,10 @@ class Numbering:
         found = self._task_index.get((host, pid))
         if found is not None:
             return found
+        host, name = clean_label(host), clean_label(name)
+        found = self._task_index.get((host, pid))
+        if found is not None:
+            return found
         if host not in self.nodes:
             self.nodes.append(host)
         label = f"{host}:{pid} {name}".strip() if rank is None else f"rank {rank} {host}:{pid}"
@@ -96,7 +122,7 @@ class Numbering:
         if found is not None:
             return found
         entry.thread_keys.append(key)
-        entry.thread_names.append(name)
+        entry.thread_names.append(clean_label(name))
         index[tkey] = len(entry.thread_keys)
         return index[tkey]
 
@@ -107,10 +133,14 @@ class Numbering:
         found = index.get(label)
         if found is not None:
             return found
-        labels = self.values.setdefault(group, [])
-        labels.append(label)
-        index[label] = len(labels)
-        return len(labels)
+        clean = clean_label(label)
+        found = index.get(clean)
+        if found is None:
+            labels = self.values.setdefault(group, [])
+            labels.append(clean)
+            found = index[clean] = len(labels)
+        index[label] = found
+        return found
 
     # -- views -----------------------------------------------------------------------------
     def layout(self) -> TraceLayout:

@@ -1,0 +1,65 @@
+"""Hostile names: any text (and bytes that are not UTF-8) in an export's strings gives a valid
+trace whose .pcf and .row hold no control character or Unicode line break."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.stream.numbering import clean_label
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+from tests.prv_check import validate
+
+_BREAKS = ("\r", "\n", "\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x00", "\t")
+
+
+@pytest.fixture(scope="module")
+def small_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_job(tmp_path_factory.mktemp("hostile"), SynthSpec(ranks=1, steps=1))[0]
+
+
+def test_clean_label_removes_every_break_and_keeps_the_rest() -> None:
+    assert clean_label("plain kernel<int>") == "plain kernel<int>"
+    assert clean_label("a\r\nb\x85c\u2028d\u2029e\tf") == "a b c d e f"
+    assert clean_label("\x00\x01") == ""
+
+
+names = st.lists(st.one_of(
+    st.text(min_size=0, max_size=40),
+    st.sampled_from(_BREAKS).map(lambda b: f"x{b}y"),
+    st.binary(min_size=1, max_size=12),  # stored as TEXT: often not UTF-8
+), min_size=1, max_size=8)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=names)
+def test_any_names_give_a_valid_trace_and_clean_labels(
+        small_export: Path, tmp_path_factory: pytest.TempPathFactory,
+        texts: list[str | bytes]) -> None:
+    work = tmp_path_factory.mktemp("case")
+    export = shutil.copy(small_export, work / "rank0.sqlite")
+    con = sqlite3.connect(export)
+    ids = [r[0] for r in con.execute("SELECT id FROM StringIds ORDER BY id")]
+    for i, sid in enumerate(ids):
+        text = texts[i % len(texts)]
+        if isinstance(text, bytes):
+            con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?", (text, sid))
+        else:
+            con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (text, sid))
+    con.commit()
+    con.close()
+    out = work / "out"
+    convert([str(export)], out, load_settings(None, {}, environ={}))
+    validate(out.with_name("out.prv"))
+    for ext in (".pcf", ".row"):
+        text = out.with_name("out" + ext).read_text(encoding="utf-8")
+        for line in text.split("\n"):
+            assert not any(b in line for b in _BREAKS if b != "\t"), (ext, line)

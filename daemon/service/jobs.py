@@ -64,6 +64,10 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pending: int = 0
     #: files holding a report already in the trace under another name (path, of)
     duplicates: list[dict[str, str]] = msgspec.field(default_factory=list)
+    #: wall-clock ns of the trace's time 0: while live, the first report's session start minus
+    #: the skew allowance (a report earlier than that moves it); once finalized, the earliest
+    #: session start, as in Nsight Systems and nsys2prv (docs/mapping.md)
+    origin_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -408,7 +412,8 @@ class Job:
             updated_ns=time.time_ns(), state=self.health.state, reason=self.health.reason,
             next_retry_ns=self.health.next_retry_ns,
             pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed,
-            duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates])
+            duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],
+            origin_ns=state.origin_wall_ns or 0)
         try:
             trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
         except OSError as exc:

@@ -118,8 +118,19 @@ def test_ranks_arrive_one_by_one(arrivals: Callable[[Path, Path], Iterator[Path]
     final = validate(live_trace(job), globally_sorted=True)
     assert final.begins(*KERNEL_TYPES) == kernel_rows(placed)
     assert_same(outputs(job), convert_outputs(job, tmp_path / "conv" / "job"), "finalized")
+    # time 0 of the finalized trace is the earliest session start, and status.json says so
+    assert job_status(job)["origin_ns"] == min(_session_start(p) for p in placed)
     assert daemon.named("report_quarantined") == []
     assert daemon.terminate() == 0
+
+
+def _session_start(path: Path) -> int:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    finally:
+        con.close()
+    return int(row[0])
 
 
 def test_polling_mode(job: Path, tmp_path: Path, synth_sources: list[Path],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.synthetic.synth import SynthSpec, rows_per_step, static_rows, write_job
@@ -23,7 +24,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.interval < 0:
         raise ConfigError("synth: --interval must not be negative")
     paths = write_job(args.outdir, spec, interval=args.interval)
-    log.info("synth_job_written", outdir=str(args.outdir), exports=len(paths),
-             rows_per_export=static_rows(spec) + spec.steps * rows_per_step(spec))
+    rows = static_rows(spec) + spec.steps * rows_per_step(spec)
+    log.debug("synth_job_written", outdir=str(args.outdir), exports=len(paths),
+              rows_per_export=rows)
+    sys.stdout.write(f"prvstream: wrote {len(paths)} export(s) to {args.outdir} (about "
+                     f"{rows:,} rows each, nsys {spec.nsys_version} schema); convert them with "
+                     f"prvstream convert {args.outdir} -o OUT\n")
     return 0
 

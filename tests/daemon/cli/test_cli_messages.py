@@ -237,3 +237,11 @@ def test_watch_logs_json_for_services_readable_on_a_terminal(
     assert lines, "watch logged nothing at info level"
     assert all(ln.startswith("{") for ln in lines) == want_json, text
     assert any(ln.startswith("{") for ln in lines) == want_json, text
+
+
+def test_synth_says_what_it_wrote_and_what_next(tmp_path: Path) -> None:
+    proc = run_cli("synth", "job", "--ranks", "2", "--steps", "1", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("prvstream: wrote 2 export(s) to job (about ")
+    assert proc.stdout.rstrip().endswith("convert them with prvstream convert job -o OUT")
+    assert len(list((tmp_path / "job").glob("*.sqlite"))) == 2

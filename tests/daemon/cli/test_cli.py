@@ -98,18 +98,26 @@ def test_no_arguments_shows_the_tour() -> None:
     assert proc.returncode == 2 and "prvstream convert" in proc.stderr
 
 
-def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
-    bash = shutil.which("bash")
-    if bash is None:
-        pytest.skip("bash is not installed")
-    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon", "completion", "bash"],
+def _shell_and_script(shell: str, tmp_path: Path) -> tuple[str, Path]:
+    """The shell's executable (skip, saying why, without it) and the script prvstream
+    prints for it, written to a file."""
+    found = shutil.which(shell)
+    if found is None:
+        pytest.skip(f"{shell} is not installed, so its completion script cannot be checked")
+    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon", "completion", shell],
                           capture_output=True, text=True, timeout=60, check=True)
-    script = tmp_path / "prvstream.bash"
+    script = tmp_path / f"prvstream.{shell}"
     script.write_text(proc.stdout)
+    return found, script
+
+
+def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
+    bash, script = _shell_and_script("bash", tmp_path)
+    text = script.read_text()
     for name, sub in _subparsers(build_parser()).items():
         for action in sub._actions:
             for flag in action.option_strings:
-                assert flag in proc.stdout, f"{name} {flag} missing from the completion"
+                assert flag in text, f"{name} {flag} missing from the completion"
 
     def complete(*words: str) -> list[str]:
         line = " ".join(f'"{w}"' for w in words)
@@ -126,11 +134,9 @@ def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
 
 
 def test_zsh_completion_is_valid_zsh(tmp_path: Path) -> None:
-    zsh = shutil.which("zsh")
-    if zsh is None:
-        pytest.skip("zsh is not installed, so its completion script cannot be checked")
-    proc = subprocess.run([sys.executable, "-m", "prvstream.daemon", "completion", "zsh"],
-                          capture_output=True, text=True, timeout=60, check=True)
-    script = tmp_path / "_prvstream"
-    script.write_text(proc.stdout)
+    zsh, script = _shell_and_script("zsh", tmp_path)
     subprocess.run([zsh, "-n", str(script)], check=True, timeout=60)
+    text = script.read_text()
+    assert text.startswith("#compdef prvstream\n")
+    for name in SUBCOMMANDS:
+        assert f"            {name})\n" in text, f"{name} missing from the zsh completion"

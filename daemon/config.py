@@ -126,8 +126,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: unset: readable for commands a person runs; the daemon writes JSON under systemd or
     #: when stderr is not a terminal
     log_json: bool | None = None
-    #: where ``prvstream summary --prom-file`` style output goes for the daemon ("" = off)
-    prom_file: str = ""
+    #: read exports in a reader process beside the converter (two cores; same bytes) when the
+    #: compiled row filler is there (``PRVSTREAM_READER=0`` turns it off)
+    reader: bool = True
+    #: use the Python record formatter and row filler even where the C ones were built (for
+    #: comparisons; ``PRVSTREAM_PURE_PYTHON=1``)
+    pure_python: bool = False
     #: run per-report work on Dask: ``local[:N]``, ``inproc[:N]``, ``tcp://HOST:PORT`` or a
     #: scheduler file ("" = in this process; ``distributed`` is then never imported)
     dask: str = ""
@@ -170,6 +174,11 @@ class _BadValue(ConfigError):
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
 
 
+#: on/off settings, and the environment values that mean off (anything else means on)
+_SWITCHES = frozenset({"reader", "pure_python"})
+_OFF = frozenset({"", "0", "no", "off", "false"})
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     """``PRVSTREAM_<FIELD>`` variables, parsed as TOML values where they parse, else strings."""
     found: dict[str, Any] = {}
@@ -179,6 +188,9 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         if name == "kinds":
             found[name] = raw  # checked by parse_kinds in load_settings
+            continue
+        if name in _SWITCHES:  # PRVSTREAM_READER=0, PRVSTREAM_PURE_PYTHON=1 and their kin
+            found[name] = raw.strip().lower() not in _OFF
             continue
         try:
             found[name] = tomllib.loads(f"v = {raw}")["v"]

@@ -225,7 +225,7 @@ def check_nsys() -> Check:
                  "profile with nsys profile --export=sqlite")
 
 
-def check_extensions() -> Iterator[Check]:
+def check_extensions(settings: Settings) -> Iterator[Check]:
     for module, what in (("prvstream.sinks.paraver._fastfmt", "record formatter"),
                          ("prvstream.daemon.nsys._rowfill", "row filler")):
         try:
@@ -235,9 +235,10 @@ def check_extensions() -> Iterator[Check]:
                         "Python fallback is slower", "reinstall with a C compiler present: "
                         "pip install . (or pip wheel . on a machine with one)")
         else:
-            if os.environ.get("PRVSTREAM_PURE_PYTHON"):
-                yield Check("warn", "C extension", f"{what} built but PRVSTREAM_PURE_PYTHON is "
-                            "set: the Python fallback is used", "unset PRVSTREAM_PURE_PYTHON")
+            if settings.pure_python:
+                yield Check("warn", "C extension", f"{what} built but pure_python is set "
+                            "(PRVSTREAM_PURE_PYTHON): the Python fallback is used",
+                            "unset PRVSTREAM_PURE_PYTHON (or pure_python in the config file)")
             else:
                 yield Check("ok", "C extension", f"{what} loaded")
 
@@ -272,7 +273,7 @@ def run_checks(roots: list[Path], settings: Settings, mountinfo: str | None = No
         checks.append(Check("warn", "state", f"{state} is on {m.fstype}: journals belong on a "
                             "local disk", "pass --state DIR on a local disk"))
     checks.append(check_nsys())
-    checks += check_extensions()
+    checks += check_extensions(settings)
     return checks
 
 

@@ -354,6 +354,9 @@ def cli(*argv: str) -> int:
         return exc.exit_status
     as_json = configure_logging(settings.log_level, json=settings.log_json,
                                 service=args.command in _SERVICE_COMMANDS)
+    from prvstream.daemon import runtime
+
+    runtime.apply(settings)
     handler = importlib.import_module(_HANDLERS[args.command])
     try:
         status: int = handler.run(args, settings)

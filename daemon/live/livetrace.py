@@ -270,7 +270,8 @@ class LiveTrace:
         scratch = Numbering(_copy_numbering(state.numbering))
         for index, entry in enumerate(state.reports):
             try:
-                rep = prepare(self._committed_source(entry), self.settings.kinds or None)
+                rep = prepare(self._committed_source(entry), self.settings.kinds or None,
+                              use_reader=self.settings.reader)
             except (PrvstreamError, OSError) as exc:
                 log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
                 continue
@@ -365,7 +366,7 @@ class LiveTrace:
         started = time.perf_counter()
         state = self.journal.state
         self._same_file(path, identity)
-        rep = prepare(path, self.settings.kinds or None)
+        rep = prepare(path, self.settings.kinds or None, use_reader=self.settings.reader)
         try:  # SQLite opened it by name: is that name still the file that was checked?
             self._same_file(path, identity)
             fp = self._fingerprint(path, rep.wall_start, objects_of(rep))
@@ -436,7 +437,7 @@ class LiveTrace:
         source = source_of(entry.path, entry.kept)
         if source != Path(entry.path) or not entry.fingerprint:
             return source
-        rep = prepare(source, self.settings.kinds or None)
+        rep = prepare(source, self.settings.kinds or None, use_reader=self.settings.reader)
         try:
             found = fingerprint(source, rep.wall_start,
                                 ((h, p) for h, p, *_ in objects_of(rep)),
@@ -554,7 +555,8 @@ class LiveTrace:
             for entry in state.reports:
                 try:
                     reports.append(prepare(self._committed_source(entry),
-                                           self.settings.kinds or None))
+                                           self.settings.kinds or None,
+                                           use_reader=self.settings.reader))
                 except (PrvstreamError, OSError) as exc:
                     raise NotAnExport(
                         f"cannot rewrite {self.prv}: committed report {entry.path} is no "

@@ -8,7 +8,7 @@ structured array the converters take; the parent converts, merges and writes mea
 stream keeps one chunk requested ahead, so memory stays one or two chunks per stream.
 
 The reader serves one report at a time: ``lease(path)`` returns a ``ReaderLease`` or None when
-the reader is busy, disabled (``PRVSTREAM_READER=0``), unavailable (no compiled row filler, no
+the reader is busy, unavailable (no compiled row filler, no
 ``sys.executable``) or broken; the caller then reads in-process, with the same bytes out.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -45,9 +44,8 @@ log = get_logger(__name__)
 
 
 def enabled() -> bool:
-    """Whether conversions may use the reader process."""
-    return (rowfill.compiled() and bool(sys.executable)
-            and os.environ.get("PRVSTREAM_READER", "1") not in ("0", "no", "off", "false"))
+    """Whether the reader process can run here (``Settings.reader`` says whether to use it)."""
+    return rowfill.compiled() and bool(sys.executable)
 
 
 class ReaderProcess:

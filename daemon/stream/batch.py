@@ -116,7 +116,8 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     for path in paths:
         try:
             rep = prepare(path, settings.kinds or None,  # one report: its reads start now
-                          prefetch_rows=settings.chunk_rows if len(paths) == 1 else None)
+                          prefetch_rows=settings.chunk_rows if len(paths) == 1 else None,
+                          use_reader=settings.reader)
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
         else:

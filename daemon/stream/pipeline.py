@@ -86,6 +86,8 @@ class PreparedReport:
     value_labels: dict[str, set[str]] | None = None
     #: where the chunks come from while open (started by ``prepare(prefetch_rows=...)``)
     source: ChunkSource | None = None
+    #: whether the reader process may read it (``Settings.reader``)
+    use_reader: bool = True
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -96,7 +98,8 @@ class PreparedReport:
         """Reconnect if closed and choose the chunk source (unless one is started)."""
         self.export.reopen()
         if self.source is None:
-            self.source = open_source(self.export, self.kinds, chunk_rows, self.plan.counts)
+            self.source = open_source(self.export, self.kinds, chunk_rows, self.plan.counts,
+                                      use_reader=self.use_reader)
 
     def close(self) -> None:
         """Free the chunk source (the reader) and the connection; idempotent."""
@@ -109,11 +112,12 @@ class PreparedReport:
 
 
 def prepare(path: Path, wanted: list[str] | None = None,
-            prefetch_rows: int | None = None) -> PreparedReport:
+            prefetch_rows: int | None = None, *, use_reader: bool = True) -> PreparedReport:
     """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert.
 
     With ``prefetch_rows``, the report's chunk source opens before planning: its costliest
     queries start in the reader process (when it is free), which sorts while this one plans.
+    ``use_reader`` False (``Settings.reader``) reads everything in this process.
     """
     export = open_export(path)
     source: ChunkSource | None = None
@@ -126,7 +130,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 "to convert it"
             )
         if prefetch_rows is not None:
-            source = open_source(export, kinds, prefetch_rows)
+            source = open_source(export, kinds, prefetch_rows, use_reader=use_reader)
         meta = export.meta
         plan = export.plan()
         try:
@@ -146,6 +150,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
         path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
         wall_start=meta.session_start_ns + meta.wall_offset_ns,
         wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, source=source,
+        use_reader=use_reader,
     )
 
 

@@ -8,14 +8,13 @@ a pure-Python formatter gives the same bytes (the tests compare the two).
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["WIDTH", "compiled", "format_records", "template"]
+__all__ = ["WIDTH", "built", "compiled", "format_records", "prefer_python", "template"]
 
 log = get_logger(__name__)
 
@@ -26,17 +25,29 @@ _TEMPLATES: list[tuple[bytes, ...]] = []
 _FORMATS: list[str] = []
 _INDEX: dict[str, int] = {}
 
-try:  # the compiled formatter, unless disabled for a comparison
-    if os.environ.get("PRVSTREAM_PURE_PYTHON"):
-        raise ImportError("disabled by PRVSTREAM_PURE_PYTHON")
+try:  # the compiled formatter (optional: built when a C compiler was there)
     from prvstream.sinks.paraver._fastfmt import format_records as _c_format
 except ImportError:  # pragma: no cover - depends on the build
     _c_format = None
 
+#: use the Python formatter even where the C one was built (``Settings.pure_python``)
+_prefer_python = False
+
+
+def built() -> bool:
+    """True when the C formatter was built and loads."""
+    return _c_format is not None
+
+
+def prefer_python(flag: bool) -> None:
+    """Format in Python even where C is available (comparisons); set from the settings."""
+    global _prefer_python
+    _prefer_python = flag
+
 
 def compiled() -> bool:
     """True when the C formatter is in use."""
-    return _c_format is not None
+    return _c_format is not None and not _prefer_python
 
 
 def template(fmt: str) -> int:
@@ -63,7 +74,7 @@ def format_records(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) 
         return b""
     fields = np.ascontiguousarray(fields, dtype=np.int64)
     tmpl = np.ascontiguousarray(tmpl, dtype=np.int16)
-    if _c_format is not None and not pure:
+    if _c_format is not None and not pure and not _prefer_python:
         return bytes(_c_format(_TEMPLATES, fields, fields.shape[1], tmpl))
     return _format_python(fields, tmpl)
 

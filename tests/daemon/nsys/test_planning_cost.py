@@ -28,7 +28,6 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return con
 
     monkeypatch.setattr(sqlite3, "connect", connect)
-    monkeypatch.setenv("PRVSTREAM_READER", "0")  # every statement in this process
     yield seen
 
 
@@ -37,7 +36,8 @@ def test_each_table_is_probed_once_and_the_schema_once_per_version(
         statements: list[str], tmp_path: Path, version: str) -> None:
     first, second = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1,
                                                           nsys_version=version))
-    settings = load_settings(None, {"log_level": "error"}, environ={})
+    # every statement in this process: no reader
+    settings = load_settings(None, {"log_level": "error", "reader": False}, environ={})
     convert([str(first)], tmp_path / "a", settings)
     statements.clear()
     convert([str(second)], tmp_path / "b", settings)

@@ -88,10 +88,9 @@ def test_conversion_bytes_do_not_depend_on_presort_or_the_reader(
         assert reorder_window(export.connection, "CUPTI_ACTIVITY_KIND_KERNEL", "start") > 0
     monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
     monkeypatch.setattr(presort, "MAX_WINDOW", max_window)
-    settings = load_settings(None, {})
     outs = []
     for use_reader, use_presort in (("1", "1"), ("0", "1"), ("1", "0"), ("0", "0")):
-        monkeypatch.setenv("PRVSTREAM_READER", use_reader)
+        settings = load_settings(None, {"reader": use_reader == "1"})
         monkeypatch.setenv("PRVSTREAM_PRESORT", use_presort)
         out = tmp_path / f"out{use_reader}{use_presort}"
         convert([str(p) for p in job], out, settings)

@@ -64,9 +64,10 @@ def test_conversion_bytes_do_not_depend_on_the_reader(job: list[Path], tmp_path:
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(None, {})
     convert([str(p) for p in job], tmp_path / "with", settings)
-    monkeypatch.setenv("PRVSTREAM_READER", "0")
-    assert reader.lease(job[0]) is None
-    convert([str(p) for p in job], tmp_path / "without", settings)
+    off = load_settings(None, {}, environ={"PRVSTREAM_READER": "0"})  # the variable still works
+    assert not off.reader
+    monkeypatch.setattr(reader, "lease", lambda path: pytest.fail("the reader was used"))
+    convert([str(p) for p in job], tmp_path / "without", off)
     for suffix in (".prv", ".pcf", ".row"):
         assert (tmp_path / f"with{suffix}").read_bytes() == \
             (tmp_path / f"without{suffix}").read_bytes()
@@ -169,10 +170,9 @@ def test_a_killed_reader_is_an_error_then_replaced(job: list[Path]) -> None:
 def test_one_report_prefetched_at_planning_gives_the_same_bytes(
         job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single input starts its reads in the reader while it is planned."""
-    settings = load_settings(None, {})
-    convert([str(job[0])], tmp_path / "with", settings)
-    monkeypatch.setenv("PRVSTREAM_READER", "0")
-    convert([str(job[0])], tmp_path / "without", settings)
+    convert([str(job[0])], tmp_path / "with", load_settings(None, {}))
+    monkeypatch.setattr(reader, "lease", lambda path: pytest.fail("the reader was used"))
+    convert([str(job[0])], tmp_path / "without", load_settings(None, {"reader": False}))
     for suffix in (".prv", ".pcf", ".row"):
         assert (tmp_path / f"with{suffix}").read_bytes() == \
             (tmp_path / f"without{suffix}").read_bytes()

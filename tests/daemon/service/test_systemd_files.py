@@ -25,7 +25,7 @@ def test_example_config_documents_every_setting(tmp_path: Path) -> None:
     enabled.write_text(re.sub(r"^# ([a-z_]+ = )", r"\1", text, flags=re.M))
     settings = load_settings(enabled, environ={})
     defaults = Settings()
-    for name in known - {"state_dir", "prom_file", "log_json", "log_level"}:
+    for name in known - {"state_dir", "log_json", "log_level"}:
         assert getattr(settings, name) == getattr(defaults, name), name
 
 

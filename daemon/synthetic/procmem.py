@@ -49,8 +49,28 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def _execed(pid: int) -> bool:
+    """Whether ``pid`` runs its own program: between ``fork`` (or ``vfork``) and ``exec`` a
+    child still has its parent's memory and command line, and its VmHWM is the parent's peak,
+    which must not be counted twice (a loaded machine makes that window long)."""
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    mine = _cmdline(pid)
+    return mine is not None and mine != _cmdline(ppid)
+
+
 class TreeSampler:
-    """Samples the peaks of ``pid``'s descendants every ``interval`` seconds until ``stop``."""
+    """Samples the peaks of ``pid``'s descendants every ``interval`` seconds until ``stop``
+    (a descendant counts once it has exec'd its own program: see ``_execed``)."""
 
     def __init__(self, pid: int, interval: float = 0.02) -> None:
         self.pid = pid
@@ -63,6 +83,8 @@ class TreeSampler:
     def _run(self) -> None:
         while not self._done.is_set():
             for child in descendants(self.pid):
+                if not _execed(child):
+                    continue
                 kib = peak_kib(child)
                 if kib is not None and kib > self.peaks.get(child, 0):
                     self.peaks[child] = kib

@@ -42,3 +42,15 @@ def test_wait_with_peak_kills_at_the_timeout() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     _, timed_out = wait_with_peak(proc, timeout=0.3)
     assert timed_out and proc.returncode == -9
+
+
+def test_a_forked_copy_that_has_not_exec_d_is_not_counted() -> None:
+    """A child between fork and exec has its parent's memory (and VmHWM): it is skipped."""
+    script = ("import os, time; b = bytearray(60 * 1024 * 1024); "
+              "pid = os.fork()\n"
+              "if pid == 0:\n    time.sleep(0.8); os._exit(0)\n"
+              "os.waitpid(pid, 0)")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    sampler = TreeSampler(proc.pid, interval=0.01)
+    proc.wait(timeout=30)
+    assert sampler.stop() < 60 * 1024  # the fork's copied 60 MiB are not a second peak

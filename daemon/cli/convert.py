@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
+from prvstream.daemon.progress import TerminalProgress
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
 from prvstream.daemon.stream.trace import ConvertResult
@@ -19,31 +19,6 @@ from prvstream.sinks.files import atomic_write
 from prvstream.sinks.summary import SummaryState, encode_record, verdict
 
 __all__ = ["closing_block", "run"]
-
-
-class _Progress:
-    """A progress bar on a TTY: rows converted out of the rows the plan counted."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-        self.started = time.monotonic()
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2:
-            return
-        self.last = now
-        frac = min(done / total, 1.0) if total else 0.0
-        width = 30
-        bar = "#" * int(frac * width)
-        rate = done / max(now - self.started, 1e-9)
-        sys.stderr.write(f"\rconverting [{bar:<{width}}] {100 * frac:5.1f}%  "
-                         f"{done:,}/{total:,} rows  {rate:,.0f} rows/s")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
 
 
 def _plural(n: int, word: str) -> str:
@@ -91,7 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:
-        progress = _Progress()
+        progress = TerminalProgress("converting")
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
                             gap_threshold_ns=settings.gap_threshold_ns,
                             recent=settings.summary_recent)
@@ -106,7 +81,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
-                  model: EfficiencyModel, progress: _Progress | None, history: Path) -> int:
+                  model: EfficiencyModel, progress: TerminalProgress | None, history: Path) -> int:
     try:
         if settings.dask:
             from prvstream.daemon.scale.cluster import get_client

@@ -8,6 +8,7 @@ outputs), takes the job's lock (so it refuses while a daemon is writing the job:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from prvstream.daemon.config import Settings
@@ -44,13 +45,15 @@ def find_journal(target: Path, state_dir: str) -> JobJournal:
     )
 
 
-def finalize_job(target: Path, settings: Settings) -> LiveTrace:
+def finalize_job(target: Path, settings: Settings,
+                 progress: Callable[[int, int], None] | None = None) -> LiveTrace:
     journal = find_journal(target, settings.state_dir)
     journal.lock()
     try:
         state = journal.state
         trace = LiveTrace(journal, Path(state.out_dir), Path(state.job_dir).name or "trace",
                           settings)
+        trace.progress = progress
         try:
             trace.recover()
             trace.finalize()

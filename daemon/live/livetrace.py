@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,8 @@ class LiveTrace:
         self.model = self._new_model()
         #: set from another thread to roll back the block in progress and stop
         self.abort = threading.Event()
+        #: ``progress(records or rows done, total)`` during a finalize (a terminal's line)
+        self.progress: Callable[[int, int], None] | None = None
         #: whether the append in progress already fed the efficiency model
         self._model_fed = False
         self.thread_last: dict[tuple[int, int], int] = {}
@@ -569,7 +572,7 @@ class LiveTrace:
                 reports, tmp_out, self.settings, numbering=numbering, origin=origin,
                 sink_for=lambda r: spools.get(r.path),
                 header_capacity=state.header_capacity if numbering is not None else 0,
-                thread_last=thread_last,
+                thread_last=thread_last, progress=self.progress if numbering is None else None,
             )
         finally:
             for rep in reports:
@@ -585,7 +588,8 @@ class LiveTrace:
 
         paths = [self._committed_source(entry) for entry in self.journal.state.reports]
         result, failed = write_canonical(get_client(self.settings.dask), paths, tmp_out,
-                                         self.settings, thread_last=thread_last)
+                                         self.settings, thread_last=thread_last,
+                                         progress=self.progress)
         if failed:
             path, why = failed[0]
             raise NotAnExport(

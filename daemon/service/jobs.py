@@ -34,6 +34,7 @@ from prvstream.daemon.live.livetrace import (
     output_dir_for,
 )
 from prvstream.daemon.service.faults import Health, classify
+from prvstream.daemon.service.flow import JobFlow
 from prvstream.daemon.service.readiness import Ready
 from prvstream.sinks.errors import JournalCorrupt, OutputLocked, StateDirUnusable
 from prvstream.sinks.logger import get_logger
@@ -62,6 +63,11 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     next_retry_ns: int = 0
     #: reports ready and waiting for the output side
     pending: int = 0
+    #: seconds the oldest waiting report has been ready; reports and records landed per
+    #: minute / second over the last minute
+    lag_s: float = 0.0
+    reports_per_min: float = 0.0
+    records_per_s: float = 0.0
     #: files holding a report already in the trace under another name (path, of)
     duplicates: list[dict[str, str]] = msgspec.field(default_factory=list)
     #: wall-clock ns of the trace's time 0: while live, the first report's session start minus
@@ -132,6 +138,7 @@ class Job:
     finalize_failed_at: float | None = None
     #: with ``--dask``: plans and converts backlog reports on the cluster ahead of the writer
     remote: RemoteAppender | None = None
+    flow: JobFlow = field(default_factory=JobFlow)
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _logged: str = ""
 
@@ -148,6 +155,8 @@ class Job:
 
     def submit(self, item: Item) -> None:
         self.backlog.append(item)
+        if isinstance(item, Append):
+            self.flow.ready(item.path)
         if self.remote is not None and isinstance(item, Append):
             self.remote.submit(item.path)  # workers convert it while it waits
         self._wake.set()
@@ -328,12 +337,19 @@ class Job:
                 or journal.is_duplicate(item.path, identity)):
             if remote is not None:
                 remote.forget(item.path)
+            self.flow.gone(item.path)
             return
         append = trace.append if remote is None else remote.commit
 
         def work() -> None:
-            append(item.path, identity)
+            try:
+                result = append(item.path, identity)
+            except BaseException:
+                self.flow.gone(item.path)
+                raise
+            self.flow.landed(item.path, result.records)
             self._write_status(landed=1)  # the head of the backlog is in
+            log.info("job_flow", job=str(self.job_dir), **self.flow.snapshot())
 
         async with self.shared.limiter:
             await anyio.to_thread.run_sync(work)
@@ -404,6 +420,7 @@ class Job:
         if journal is None or trace is None:
             return
         state = journal.state
+        flow = self.flow.snapshot()
         status = JobStatus(
             job=str(self.job_dir), reports=len(state.reports),
             records=sum(r.records for r in state.reports), finalized=state.finalized,
@@ -412,6 +429,8 @@ class Job:
             updated_ns=time.time_ns(), state=self.health.state, reason=self.health.reason,
             next_retry_ns=self.health.next_retry_ns,
             pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed,
+            lag_s=float(flow["lag_s"]), reports_per_min=float(flow["reports_per_min"]),
+            records_per_s=float(flow["records_per_s"]),
             duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],
             origin_ns=state.origin_wall_ns or 0)
         try:

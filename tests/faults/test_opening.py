@@ -63,14 +63,14 @@ def test_job_dir_swapped_for_a_link_out_of_the_root_is_not_read(
     name = synth_sources[0].name
     place_atomically(synth_sources[0], outside / name)  # complete, but not in the root
     _half(synth_sources[0], a / name)
-    daemon = start_daemon(root)
-    time.sleep(0.6)  # discovered, waiting for it to settle
+    daemon = start_daemon(root, settle=2.0)  # long enough to swap it while it settles
+    time.sleep(0.5)  # discovered, waiting for it to settle
     os.rename(a, root / ".a.old")
     a.symlink_to(outside, target_is_directory=True)
     (root / "b").mkdir()
     place_atomically(synth_sources[1], root / "b" / synth_sources[1].name)
     wait_reports(daemon, root / "b", 1)
-    time.sleep(1.0)
+    wait_for(lambda: bool(daemon.named("input_refused")), LAND, "the refusal", daemon)
     refused = daemon.named("input_refused")
     assert refused and "outside" in refused[0]["reason"], daemon.tail()
     assert not daemon.named("report_appended", report=name), "the outside file was appended"

@@ -175,6 +175,25 @@ def journal_path(state_dir: str | os.PathLike[str], job_dir: str | os.PathLike[s
     return Path(state_dir) / f"{readable}-{digest}.json"
 
 
+def exclusive_lock(lock_path: Path, held: str) -> int:
+    """A descriptor holding an exclusive advisory lock on ``lock_path`` (created, never through
+    a symlink); ``OutputLocked(held)`` when another process holds it."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputConflict(f"{lock_path} is a symlink; remove it") from exc
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise OutputLocked(held) from exc
+        raise
+    return fd
+
+
 # ---------------------------------------------------------------------------------- journal
 
 
@@ -248,17 +267,9 @@ class JobJournal:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = self.path.with_suffix(".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputLocked(
-                    f"another prvstream process is writing job {self.state.job_dir} (lock "
-                    f"{lock_path} is held); stop it first") from exc
-            raise
-        self._lock_fd = fd
+        self._lock_fd = exclusive_lock(
+            lock_path, f"another prvstream process is writing job {self.state.job_dir} (lock "
+                       f"{lock_path} is held); stop it first")
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
@@ -351,25 +362,10 @@ class OutputDir:
             return
         if not self._prepared:
             self.prepare()
-        lock_path = self.path / OUTPUT_LOCK
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                         0o666)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise OutputConflict(f"{lock_path} is a symlink; remove it") from exc
-            raise
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputLocked(
-                    f"another prvstream process is writing {self.path}"
-                    f"{f' (job {job})' if job else ''}; stop it first, or touch "
-                    f"JOB/prvstream.done to have it finalize the job") from exc
-            raise
-        self._lock_fd = fd
+        self._lock_fd = exclusive_lock(
+            self.path / OUTPUT_LOCK,
+            f"another prvstream process is writing {self.path}{f' (job {job})' if job else ''}"
+            "; stop it first, or touch JOB/prvstream.done to have it finalize the job")
 
     def unlock(self) -> None:
         if self._lock_fd is not None:

@@ -10,7 +10,6 @@ published in arrival order and never change until ``finalize`` renumbers canonic
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.live.checkpoint import commit_with_checkpoint, restore_checkpoint
 from prvstream.daemon.live.inputs import InputChanged, ReportIdentity, fingerprint, stat_input
 from prvstream.daemon.live.journal import (
     JobJournal,
@@ -49,9 +49,8 @@ from prvstream.daemon.stream.trace import (
     write_trace,
 )
 from prvstream.sinks.efficiency import EfficiencyModel
-from prvstream.sinks.efficiency.partial import decode_partial, encode_partial
-from prvstream.sinks.errors import NotAnExport, PrvstreamError, StateDirUnusable
-from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.errors import NotAnExport, PrvstreamError
+from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import PrvWriter, grow_header, header_capacity
@@ -224,45 +223,17 @@ class LiveTrace:
             self.journal.state.prv_inode = None
 
     # -- the model's checkpoint ------------------------------------------------------------
-    def _checkpoint_dir(self) -> Path:
-        return self.journal.path.parent
-
     def _commit(self) -> None:
-        """Checkpoint the model (a new file named by its content), then commit the journal
-        that names it, then drop older checkpoints: a crash at any point leaves the journal
-        naming a whole checkpoint of exactly its reports."""
-        data = encode_partial(self.model.partial())
-        name = (f"{self.journal.path.stem}.model."
-                f"{hashlib.sha256(data).hexdigest()[:20]}")
-        folder = self._checkpoint_dir()
-        if name != self.journal.state.model_checkpoint:
-            try:
-                atomic_write(folder / name, data)
-            except OSError as exc:
-                raise StateDirUnusable(
-                    f"cannot write the model checkpoint in {folder} ({exc.strerror or exc}); "
-                    "free space or fix the permissions of --state, then restart") from exc
-        self.journal.state.model_checkpoint = name
-        self.journal.commit()
-        for old in folder.glob(f"{self.journal.path.stem}.model.*"):
-            if old.name != name:
-                old.unlink(missing_ok=True)
+        commit_with_checkpoint(self.journal, self.model)
 
     def _restore_model(self) -> None:
         """The model as of the last commit: from its checkpoint (O(1) in the job's size),
         else rebuilt from the committed reports."""
-        name = self.journal.state.model_checkpoint
-        if name:
-            try:
-                state = decode_partial((self._checkpoint_dir() / name).read_bytes())
-                self.model = EfficiencyModel.from_partial(
-                    state, recent=self.settings.summary_recent)
-                self.model.discard_updates()
-                return
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-                log.warning("model_checkpoint_unusable", checkpoint=name, error=str(exc),
-                            hint="rebuilding the summaries from the committed reports")
-        self._refeed_model()
+        model = restore_checkpoint(self.journal, self.settings.summary_recent)
+        if model is None:
+            self._refeed_model()
+        else:
+            self.model = model
 
     def _refeed_model(self) -> None:
         """Rebuild the efficiency model from the committed reports (their sources)."""

@@ -19,6 +19,7 @@ from typing import TextIO
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.nsys.sqlite import SQLITE_MAGIC
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import (
@@ -44,8 +45,6 @@ _CANDIDATES = ("prvstream/summary.jsonl", "summary.jsonl", "prvstream/summary.js
                "summary.json")
 
 
-#: the first bytes of every SQLite database (an Nsight Systems export is one)
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _not_a_summary(p: Path) -> None:
@@ -56,10 +55,10 @@ def _not_a_summary(p: Path) -> None:
                              "`prvstream summary OUT.summary.json`")
     try:
         with open(p, "rb") as fh:
-            head = fh.read(len(_SQLITE_MAGIC))
+            head = fh.read(len(SQLITE_MAGIC))
     except OSError:
         return
-    if head == _SQLITE_MAGIC:
+    if head == SQLITE_MAGIC:
         raise PrvstreamError(f"{p} is an export, not a summary: run `prvstream convert {p} "
                              "-o OUT` first, then `prvstream summary OUT.summary.json`")
 

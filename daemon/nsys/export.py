@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import struct
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
@@ -23,13 +21,12 @@ from prvstream.daemon.kinds.context import pid_of, process_of, tid_of
 from prvstream.daemon.kinds.nvtx import NVTX_DOMAIN_CREATE, NVTX_WHERE
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import pack_i4_pair, quote_identifier, wrap_i4
-from prvstream.daemon.kinds.sync import SYNC_TYPE_LABELS
 from prvstream.daemon.nsys.plan import ExportPlan, plan_export
+from prvstream.daemon.nsys.sqlite import METADATA_TABLES, connect_read_only, ro_uri
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
-    "ENUM_FALLBACKS",
     "Export",
     "ExportMeta",
     "ExportPlan",
@@ -47,27 +44,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: labels of the stable enums, used when the export has no ENUM_<name> table (before 2024.5);
-#: they are the labels nsys itself writes in ENUM_* tables, so every export labels alike
-ENUM_FALLBACKS: Final[dict[str, dict[int, str]]] = {
-    "CUDA_MEMCPY_OPER": {
-        0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
-        4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
-        8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
-        11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
-        13: "Unified Device-to-Device",
-    },
-    "CUPTI_SYNC_TYPE": SYNC_TYPE_LABELS,
-    "NSYS_EVENT_TYPE": {
-        33: "NvtxCategory", 34: "NvtxMark", 39: "NvtxThread", 59: "NvtxPushPopRange",
-        60: "NvtxStartEndRange", 75: "NvtxDomainCreate", 76: "NvtxDomainDestroy",
-    },
-}
-
-
-_METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
-_NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *_METADATA_TABLES)
-_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *METADATA_TABLES)
 _IN_BATCH: Final = 500
 #: events may precede the recorded session start by this much and still trust systemClockNs
 _CLOCK_SLACK_NS: Final = 1_000_000_000
@@ -118,36 +95,6 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return []
 
 
-def _header_problem(path: Path) -> str | None:
-    """Why the file cannot be a complete SQLite database, from its 100-byte header."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(100)
-    except OSError as exc:
-        return f"cannot read the file ({exc.strerror or exc})"
-    if size == 0:
-        return "the file is empty"
-    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
-        return "not an SQLite database (bad header)"
-    (page_size,) = struct.unpack(">H", head[16:18])
-    page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512 or page_size & (page_size - 1):
-        return "corrupt SQLite header (bad page size)"
-    change, pages = struct.unpack(">II", head[24:32])
-    (valid_for,) = struct.unpack(">I", head[92:96])
-    if size % page_size:
-        return f"truncated (size {size} is not a multiple of the page size {page_size})"
-    if pages and valid_for == change and size < pages * page_size:
-        return f"truncated ({size} bytes, the header announces {pages * page_size})"
-    return None
-
-
-def ro_uri(path: Path) -> str:
-    """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path)."""
-    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
-
-
 _T = TypeVar("_T")
 
 #: table definitions (name, CREATE sql) -> columns of every table: exports of one nsys
@@ -170,33 +117,6 @@ def _memoized(method: Callable[[Export], _T]) -> Callable[[Export], _T]:
     return wrapper
 
 
-def _decode_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-def _connect(p: Path) -> sqlite3.Connection:
-    """A read-only connection to the file at ``p`` after checking its SQLite header."""
-    problem = _header_problem(p)
-    if problem is not None:
-        raise NotAnExport(f"{p}: {problem}; point prvstream at an Nsight Systems SQLite "
-                          f"export (nsys export --type sqlite) that has been fully written")
-    try:
-        con = sqlite3.connect(ro_uri(p), uri=True, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise NotAnExport(f"{p}: cannot open as SQLite ({exc}); check the file and its "
-                          f"permissions") from exc
-    # a name that is not UTF-8 is read with replacement characters, never an error
-    con.text_factory = _decode_text
-    try:
-        con.execute("PRAGMA query_only=1")
-        con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
-    except sqlite3.DatabaseError as exc:
-        con.close()
-        raise NotAnExport(f"{p}: unreadable SQLite database ({exc}); re-export the report "
-                          f"with nsys export --type sqlite") from exc
-    return con
-
-
 def open_export(path: str | Path) -> Export:
     """Open ``path`` read-only and check that it is an Nsight Systems export with data.
 
@@ -204,7 +124,7 @@ def open_export(path: str | Path) -> Export:
     ``UnsupportedSchema`` (an export without any data kind prvstream converts).
     """
     p = Path(path).resolve()
-    con = _connect(p)
+    con = connect_read_only(p)
     try:
         export = Export(con, p)
     except sqlite3.DatabaseError as exc:
@@ -262,7 +182,7 @@ class Export:
     def reopen(self) -> None:
         """A fresh connection after ``close`` (a no-op while open); nothing is read again."""
         if self._closed:
-            self._con = _connect(self.path)
+            self._con = connect_read_only(self.path)
             self._closed = False
 
     def __enter__(self) -> Export:
@@ -276,18 +196,6 @@ class Export:
     def connection(self) -> sqlite3.Connection:
         """The read-only connection (for table streams)."""
         return self._con
-
-    def check_integrity(self) -> None:
-        """Run ``PRAGMA quick_check``; raise ``NotAnExport`` when the file is damaged."""
-        try:
-            rows = self._con.execute("PRAGMA quick_check").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise NotAnExport(f"{self.path}: integrity check failed ({exc}); the file is "
-                              f"damaged or still being written: re-export it") from exc
-        if [r[0] for r in rows] != ["ok"]:
-            detail = "; ".join(str(r[0]) for r in rows[:3])
-            raise NotAnExport(f"{self.path}: integrity check failed ({detail}); the file is "
-                              f"damaged or still being written: re-export it")
 
     # -- schema -----------------------------------------------------------------------------
     def _probe_tables(self) -> dict[str, list[str]]:
@@ -355,17 +263,6 @@ class Export:
             found = self._counts[key] = int(n)
         return found
 
-    def enum_labels(self, name: str) -> dict[int, str]:
-        """Labels of ``ENUM_<name>`` (id -> label), or the built-in fallback, or {}."""
-        table = f"ENUM_{name}"
-        if self.has(table, "id"):
-            col = "label" if self.has(table, "label") else "name" if self.has(table, "name") \
-                else None
-            if col is not None:
-                return {int(i): str(v) for i, v in self._con.execute(
-                    f"SELECT id, {col} FROM {_q(table)}") if i is not None}
-        return dict(ENUM_FALLBACKS.get(name, {}))
-
     # -- metadata ---------------------------------------------------------------------------
     @property
     def meta(self) -> ExportMeta:
@@ -375,7 +272,7 @@ class Export:
         return self._meta
 
     def _read_meta(self) -> ExportMeta:
-        md_table = next((t for t in _METADATA_TABLES if self.has(t, "name")), None)
+        md_table = next((t for t in METADATA_TABLES if self.has(t, "name")), None)
         md: dict[str, str] = {}
         if md_table is not None and self.has(md_table, "value"):
             md = {str(n): "" if v is None else str(v)
@@ -536,21 +433,6 @@ class Export:
             f"SELECT globalTid, nameId FROM ThreadNames{order}").fetchall()
         names = self.strings(int(n) for _, n in rows if n is not None)
         return {int(g): names[int(n)] for g, n in rows if g is not None and n is not None}
-
-    def gpus(self) -> dict[int, str]:
-        """CUDA device id (as in activity ``deviceId``) -> GPU name.
-
-        TARGET_INFO_GPU.id -> name when present; else TARGET_INFO_CUDA_DEVICE.gpuId -> "GPU n"
-        (that table carries no names); else {}.
-        """
-        if self.has("TARGET_INFO_GPU", "id") and self.has("TARGET_INFO_GPU", "name"):
-            return {int(i): str(n or f"GPU {i}") for i, n in self._con.execute(
-                "SELECT id, name FROM TARGET_INFO_GPU ORDER BY id") if i is not None}
-        if self.has("TARGET_INFO_CUDA_DEVICE", "gpuId"):
-            return {int(i): f"GPU {i}" for (i,) in self._con.execute(
-                "SELECT DISTINCT gpuId FROM TARGET_INFO_CUDA_DEVICE ORDER BY 1")
-                if i is not None}
-        return {}
 
     @_memoized
     def nvtx_domains(self) -> dict[int, str]:

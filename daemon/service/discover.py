@@ -24,7 +24,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.journal import OWNED_MARKER
-from prvstream.daemon.service.readiness import nsys_executable
+from prvstream.daemon.nsys.exporter import nsys_executable
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 

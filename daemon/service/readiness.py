@@ -1,13 +1,11 @@
 """Is an export complete? Settle time, no journal beside it, a read-only open, quick_check, and
-the final ``EXPORT_TIME`` metadata row; plus report identities and ``nsys export`` of reports.
+the final ``EXPORT_TIME`` metadata row (``nsys export`` of reports is ``nsys.exporter``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,8 +19,7 @@ from prvstream.daemon.live.inputs import (
     open_input,
     report_identity,
 )
-from prvstream.daemon.nsys.export import ro_uri
-from prvstream.sinks.errors import ExportIncomplete
+from prvstream.daemon.nsys.sqlite import METADATA_TABLES, SQLITE_MAGIC, ro_uri
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
@@ -34,8 +31,6 @@ __all__ = [
     "ReportIdentity",
     "Verdict",
     "check_export",
-    "export_with_nsys",
-    "nsys_executable",
     "report_identity",
     "stat_signature",
     "wait_ready",
@@ -43,8 +38,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 #: seconds one readiness check may take before it is abandoned and retried later
 CHECK_LIMIT = 60.0
 #: threads readiness checks may use (a hung mount holds these, never the converters')
@@ -103,7 +96,7 @@ def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verd
     try:
         before = report_identity(path, root)
         with open_input(path, root) as (fd, _):
-            magic = os.pread(fd, len(_SQLITE_MAGIC), 0)
+            magic = os.pread(fd, len(SQLITE_MAGIC), 0)
     except FileNotFoundError:
         return NotYet("the file vanished (renamed or deleted)")
     except InputRefused as exc:
@@ -112,7 +105,7 @@ def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verd
         return NotYet(f"cannot read it: {exc}", corrupt=True)
     if before.size == 0:
         return NotYet("the file is empty")
-    if magic != _SQLITE_MAGIC:
+    if magic != SQLITE_MAGIC:
         return NotYet("not an SQLite database (bad header)", corrupt=True)
     try:
         con = sqlite3.connect(ro_uri(path), uri=True, check_same_thread=False)
@@ -132,7 +125,7 @@ def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verd
             return NotYet(f"quick_check fails: {first}", corrupt=True)
         tables = {r[0] for r in con.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-        for table in _META_TABLES:
+        for table in METADATA_TABLES:
             if table in tables:
                 found = con.execute(
                     f"SELECT 1 FROM {table} WHERE name = 'EXPORT_TIME' LIMIT 1").fetchone()
@@ -233,51 +226,4 @@ async def _timed_check(path: Path, root: str | os.PathLike[str] | None, limit: f
     log.warning("export_check_timed_out", path=str(path), limit_s=limit)
     return NotYet(f"checking it took longer than {limit:g} s (a hung file system?)")
 
-
-def nsys_executable() -> str | None:
-    """The ``nsys`` found on PATH, or ``None``."""
-    return shutil.which("nsys")
-
-
-def export_with_nsys(rep: Path, dest: Path | None = None, *, nsys: str | None = None,
-                     timeout: float | None = 3600.0) -> Path:
-    """Run ``nsys export --type sqlite`` on ``rep``; return the finished ``.sqlite`` path.
-
-    Writes to a hidden temporary name beside ``dest`` (default: ``rep`` with the suffix
-    ``.sqlite``) and renames it into place, so that watchers never see a half-written export.
-    Raises ``ExportIncomplete`` when nsys is not on PATH or the export fails.
-    """
-    rep = Path(rep)
-    exe = nsys or nsys_executable()
-    if exe is None:
-        raise ExportIncomplete(
-            f"{rep} is an .nsys-rep report and nsys is not on PATH: export it with "
-            f"'nsys export --type sqlite {rep}' or install Nsight Systems so that prvstream can")
-    target = Path(dest) if dest is not None else rep.with_suffix(".sqlite")
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.partial.sqlite")
-    cmd = [exe, "export", "--type", "sqlite", "--force-overwrite", "true",
-           "--output", str(tmp), str(rep)]
-    log.info("nsys_export_started", report=str(rep), output=str(target))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        _unlink_quietly(tmp)
-        raise ExportIncomplete(
-            f"'nsys export' of {rep} did not finish ({exc}); run it by hand: "
-            f"nsys export --type sqlite {rep}") from exc
-    if proc.returncode != 0 or not tmp.is_file():
-        _unlink_quietly(tmp)
-        detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ExportIncomplete(
-            f"'nsys export' of {rep} failed (status {proc.returncode}: {detail[0]}); "
-            f"check the report with 'nsys stats {rep}' or export it by hand")
-    for suffix in _BUSY_SUFFIXES:
-        _unlink_quietly(Path(f"{tmp}{suffix}"))
-    os.replace(tmp, target)
-    log.info("nsys_export_done", report=str(rep), output=str(target))
-    return target
-
-
-def _unlink_quietly(path: Path) -> None:
-    path.unlink(missing_ok=True)
 

@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.nsys.exporter import export_with_nsys
 from prvstream.daemon.service.discover import Candidate, open_discovery, scan_once
 from prvstream.daemon.service.jobs import Append, Finalize, Job, SetAside, Shared
 from prvstream.daemon.service.notify import (
@@ -28,7 +29,7 @@ from prvstream.daemon.service.notify import (
     notify_stopping,
     run_watchdog,
 )
-from prvstream.daemon.service.readiness import Invalid, export_with_nsys, wait_ready
+from prvstream.daemon.service.readiness import Invalid, wait_ready
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 

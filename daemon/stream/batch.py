@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
+from prvstream.daemon.nsys.exporter import export_with_nsys
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     objects_of,
@@ -39,9 +40,6 @@ def _exported(rep: Path) -> Path:
     target = rep.with_suffix(".sqlite")
     if target.exists():
         return target
-    # the readiness module brings anyio (and asyncio) along: only for .nsys-rep inputs
-    from prvstream.daemon.service.readiness import export_with_nsys
-
     return export_with_nsys(rep, target)
 
 

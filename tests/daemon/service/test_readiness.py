@@ -13,13 +13,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from prvstream.daemon.nsys.exporter import export_with_nsys
 from prvstream.daemon.service.readiness import (
     Invalid,
     NotYet,
     Ready,
     ReportIdentity,
     check_export,
-    export_with_nsys,
     report_identity,
     wait_ready,
 )

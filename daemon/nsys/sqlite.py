@@ -1,0 +1,87 @@
+"""Facts of SQLite files and Nsight Systems exports that several rooms check, defined once: the
+file magic, the metadata table names, the header check and the read-only connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+import urllib.parse
+from pathlib import Path
+from typing import Final
+
+from prvstream.sinks.errors import NotAnExport
+from prvstream.sinks.logger import get_logger
+
+__all__ = [
+    "METADATA_TABLES",
+    "SQLITE_MAGIC",
+    "connect_read_only",
+    "header_problem",
+    "ro_uri",
+]
+
+log = get_logger(__name__)
+
+#: the first bytes of every SQLite database (an Nsight Systems export is one)
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+#: the export's metadata table, by name since 2024 and before (the last row, EXPORT_TIME, is
+#: written when the export is complete)
+METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+
+def ro_uri(path: Path) -> str:
+    """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path)."""
+    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
+
+
+def header_problem(path: Path) -> str | None:
+    """Why the file cannot be a complete SQLite database, from its 100-byte header."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        return f"cannot read the file ({exc.strerror or exc})"
+    if size == 0:
+        return "the file is empty"
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "not an SQLite database (bad header)"
+    (page_size,) = struct.unpack(">H", head[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        return "corrupt SQLite header (bad page size)"
+    change, pages = struct.unpack(">II", head[24:32])
+    (valid_for,) = struct.unpack(">I", head[92:96])
+    if size % page_size:
+        return f"truncated (size {size} is not a multiple of the page size {page_size})"
+    if pages and valid_for == change and size < pages * page_size:
+        return f"truncated ({size} bytes, the header announces {pages * page_size})"
+    return None
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def connect_read_only(p: Path) -> sqlite3.Connection:
+    """A read-only connection to the file at ``p`` after checking its SQLite header."""
+    problem = header_problem(p)
+    if problem is not None:
+        raise NotAnExport(f"{p}: {problem}; point prvstream at an Nsight Systems SQLite "
+                          f"export (nsys export --type sqlite) that has been fully written")
+    try:
+        con = sqlite3.connect(ro_uri(p), uri=True, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise NotAnExport(f"{p}: cannot open as SQLite ({exc}); check the file and its "
+                          f"permissions") from exc
+    # a name that is not UTF-8 is read with replacement characters, never an error
+    con.text_factory = _decode_text
+    try:
+        con.execute("PRAGMA query_only=1")
+        con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise NotAnExport(f"{p}: unreadable SQLite database ({exc}); re-export the report "
+                          f"with nsys export --type sqlite") from exc
+    return con

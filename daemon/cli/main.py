@@ -349,8 +349,15 @@ def cli(*argv: str) -> int:
 
     try:
         settings = _settings_for(args)
-    except ConfigError as exc:
-        sys.stderr.write(f"prvstream: error: {exc}\n")
+    except ConfigError as exc:  # before logging is set up: --log-json still means JSON
+        if getattr(args, "log_json", None):
+            import json
+
+            sys.stderr.write(json.dumps({"command": args.command, "error": str(exc),
+                                         "kind": type(exc).__name__, "event": "config_invalid",
+                                         "level": "error"}) + "\n")
+        else:
+            sys.stderr.write(f"prvstream: error: {exc}\n")
         return exc.exit_status
     as_json = configure_logging(settings.log_level, json=settings.log_json,
                                 service=args.command in _SERVICE_COMMANDS)

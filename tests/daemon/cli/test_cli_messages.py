@@ -85,6 +85,11 @@ def test_errors_are_json_when_asked(tmp_path: Path, export: Path) -> None:
     assert proc.returncode == 1
     event = json.loads(proc.stderr.splitlines()[0])
     assert event["event"] == "command_failed" and "is an export" in event["error"]
+    proc = run_cli("convert", str(export), "-o", "out", "--chunk-rows", "1", "--fan-in", "1",
+                   "--log-json", cwd=tmp_path)
+    assert proc.returncode == 2
+    event = json.loads(proc.stderr)
+    assert event["event"] == "config_invalid" and event["error"].startswith("--fan-in: ")
 
 
 def test_follow_of_a_job_not_there_yet_says_it_waits(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ paths stay vectorised; metadata that crosses a boundary or hits disk is a msgspe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
 
@@ -21,8 +22,10 @@ __all__ = [
     "ProcessInfo",
     "ReportInfo",
     "Sink",
+    "TableRows",
     "Timestamp",
     "feed_interleaved",
+    "table_rows",
 ]
 
 #: integer nanoseconds relative to the trace origin
@@ -87,6 +90,40 @@ class ReportInfo(msgspec.Struct, forbid_unknown_fields=True):
     #: what a reader of the summary should know about this export (e.g. a clock not used);
     #: the summary lists each distinct note once, with the reports it applies to
     notes: list[str] = msgspec.field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """One chunk's rows of a top-N table (``kernels``, ``nccl``, ``memcpy``, ``nvtx``),
+    aggregated per name: count, total/min/max duration (ns) and bytes (0 where none)."""
+
+    table: str
+    names: list[str]
+    count: np.ndarray
+    total: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    bytes: np.ndarray
+
+
+def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.ndarray,
+               nbytes: np.ndarray | None = None) -> TableRows:
+    """Aggregate rows whose name is ``labels[inverse[i]]`` (labels with no row are dropped)."""
+    n = len(labels)
+    dur = duration.astype(np.int64, copy=False)
+    count = np.bincount(inverse, minlength=n).astype(np.int64)
+    total = np.zeros(n, np.int64)
+    np.add.at(total, inverse, dur)
+    lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(lo, inverse, dur)
+    hi = np.full(n, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(hi, inverse, dur)
+    size = np.zeros(n, np.int64)
+    if nbytes is not None:
+        np.add.at(size, inverse, nbytes.astype(np.int64, copy=False))
+    used = np.flatnonzero(count)
+    return TableRows(table, [labels[i] for i in used.tolist()], count[used], total[used],
+                     lo[used], hi[used], size[used])
 
 
 class Sink(Protocol):

@@ -223,8 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="job directory, summary.jsonl, summary.json or OUT.summary.json")
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing updates as new lines arrive, until Ctrl-C")
-    p.add_argument("--view", choices=["cumulative", "window", "phase"], default="cumulative",
-                   help="the whole job, per time window, or per NVTX phase")
+    p.add_argument("--view", choices=["cumulative", "window", "phase", "kernels", "nccl",
+                                      "memcpy", "nvtx"], default="cumulative",
+                   help="the whole job, per time window, per NVTX phase, or a top-N table "
+                        "(kernels, NCCL collectives, memcpy by kind, NVTX ranges)")
+    p.add_argument("--top", type=_positive_int, default=None, metavar="N",
+                   help="with a table view: the N largest names, then one 'other' row")
     p.add_argument("--json", action="store_true", help="print the latest record as JSON")
     p.add_argument("--plot", metavar="PNG",
                    help="draw bars and metrics over time into PNG (needs matplotlib: the "

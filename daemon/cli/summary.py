@@ -34,6 +34,7 @@ from prvstream.sinks.summary import (
     write_prom_file,
 )
 from prvstream.sinks.summary.timeline import timeline
+from prvstream.sinks.summary.topn import TABLE_VIEWS, render_top, top_json, top_rows
 
 __all__ = ["resolve_target", "run"]
 
@@ -175,7 +176,11 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
     if not args.follow:
         path = resolve_target(args.target)
         state, history = load_summary(path, recent=settings.summary_recent)
-        if args.json:
+        if view in TABLE_VIEWS:
+            rows = top_rows(state, view, getattr(args, "top", None))
+            stream.write(msgspec.json.encode(top_json(rows, view)).decode() + "\n"
+                         if args.json else render_top(state, view, getattr(args, "top", None)))
+        elif args.json:
             stream.write(_json_line(_latest(state, view)))
         else:
             stream.write(render_table(state, view))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 import numpy as np
 
 from prvstream.daemon.kinds.sql import fetch_groups, pack_i4_pair, quote_identifier, wrap_i4
+from prvstream.sinks.base import TableRows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import RecordBatch
@@ -129,6 +130,8 @@ class ChunkResult:
     phases: np.ndarray | None = None
     #: rows of the chunk that produced records (records in = records out checks)
     rows: int = 0
+    #: per name aggregates for the summary's top-N tables (``sinks.base.TableRows``)
+    tables: list[TableRows] | None = None
 
 
 #: a kind's role in the efficiency model: GPU activity intervals, phase candidates, or none

@@ -20,7 +20,7 @@ from prvstream.daemon.kinds.base import (
 )
 from prvstream.daemon.kinds.context import ReportContext
 from prvstream.daemon.kinds.intervals import activity, interval_batch, state_starts
-from prvstream.sinks.base import ActivityKind
+from prvstream.sinks.base import ActivityKind, table_rows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import event_lines, state_lines
@@ -58,9 +58,12 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
                          *((t, 0) for t, _, _ in pv.EV_KERNEL_ATTRS))
     states = state_lines(task, thread, shown, end, state)
     kind = np.where(nccl, ActivityKind.NCCL, ActivityKind.COMPUTE).astype(np.uint8)
+    dur = np.maximum(end - start, 0)
+    tables = [table_rows(name, labels, inverse[sel], dur[sel])
+              for name, sel in (("kernels", ~nccl), ("nccl", nccl)) if sel.any()]
     return ChunkResult(
         interval_batch(ctx, "kernel", RANK, shown, end, task, thread, begin, finish, states),
-        activity=activity(ctx, chunk, start, end, kind), rows=len(chunk),
+        activity=activity(ctx, chunk, start, end, kind), rows=len(chunk), tables=tables,
     )
 
 

@@ -22,7 +22,7 @@ from prvstream.daemon.kinds.context import ReportContext
 from prvstream.daemon.kinds.intervals import activity, interval_batch, state_starts
 from prvstream.daemon.kinds.kernel import GPU_COLUMNS, GPU_FIELDS
 from prvstream.daemon.kinds.sql import wrap_i4
-from prvstream.sinks.base import ActivityKind
+from prvstream.sinks.base import ActivityKind, table_rows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import event_lines, state_lines
@@ -83,9 +83,15 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
     finish = event_lines(task, thread, end, (pv.EV_MEMOP, 0), (pv.EV_MEMOP_BYTES, 0),
                          (pv.EV_CORRELATION, 0))
     states = state_lines(task, thread, shown, end, pv.STATE_MEMORY)
+    if kind == "memcpy":
+        kinds, inverse = np.unique(chunk["copy_kind"], return_inverse=True)
+        labels = [MEMCPY_KIND_SHORT.get(k, f"kind {k}") for k in kinds.tolist()]
+    else:
+        labels, inverse = ["memset"], np.zeros(len(chunk), np.int64)
+    rows = table_rows("memcpy", labels, inverse.ravel(), np.maximum(end - start, 0), size)
     return ChunkResult(
         interval_batch(ctx, kind, rank, shown, end, task, thread, begin, finish, states),
-        activity=activity(ctx, chunk, start, end, act_kind), rows=len(chunk),
+        activity=activity(ctx, chunk, start, end, act_kind), rows=len(chunk), tables=[rows],
     )
 
 

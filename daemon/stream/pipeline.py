@@ -40,6 +40,7 @@ from prvstream.sinks.base import (
     DeviceInfo,
     ProcessInfo,
     ReportInfo,
+    TableRows,
     feed_interleaved,
 )
 from prvstream.sinks.base import Sink as SinkProtocol
@@ -300,9 +301,14 @@ class ActivityRouter:
         self._activity: list[np.ndarray] = []
         self._phases: list[np.ndarray] = []
 
-    def add(self, activity: np.ndarray | None, phases: np.ndarray | None) -> None:
+    def add(self, activity: np.ndarray | None, phases: np.ndarray | None,
+            tables: list[TableRows] | None = None) -> None:
         if self.sink is None:
             return
+        add_tables = getattr(self.sink, "add_tables", None) if tables else None
+        if add_tables is not None and tables:  # sums: no order to keep
+            for rows in tables:
+                add_tables(rows)
         if activity is not None and len(activity):
             self._activity.append(activity)
         if phases is not None and len(phases):
@@ -339,7 +345,7 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
         if not len(chunk):
             continue
         result = spec.convert(ctx, chunk)
-        router.add(result.activity, result.phases)
+        router.add(result.activity, result.phases, result.tables)
         counts[kind] += result.rows
         records[kind] += len(result.records)
         watermark = int(chunk["start"].max()) + ctx.offset

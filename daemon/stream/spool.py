@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from prvstream.sinks.base import ReportInfo, Sink
+from prvstream.sinks.base import ReportInfo, Sink, TableRows
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["ReportSpool"]
 
 log = get_logger(__name__)
 
-_PHASES, _ACTIVITY = 0, 1
+_PHASES, _ACTIVITY, _TABLES = 0, 1, 2
 
 
 class ReportSpool:
@@ -44,6 +44,9 @@ class ReportSpool:
     def add_phases(self, batch: np.ndarray) -> None:
         pickle.dump((_PHASES, batch), self._fh, protocol=5)
 
+    def add_tables(self, rows: TableRows) -> None:
+        pickle.dump((_TABLES, rows), self._fh, protocol=5)
+
     def end_report(self) -> None:
         self.closed = True
 
@@ -62,6 +65,10 @@ class ReportSpool:
                 break
             if kind == _ACTIVITY:
                 sink.add_activity(batch)
+            elif kind == _TABLES:
+                add_tables = getattr(sink, "add_tables", None)
+                if add_tables is not None:
+                    add_tables(batch)
             else:
                 sink.add_phases(batch)
         sink.end_report()

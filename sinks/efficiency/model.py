@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.base import ReportInfo, TableRows
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
@@ -27,6 +27,7 @@ from prvstream.sinks.efficiency.parts import (
     grow,
     segments,
 )
+from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder, fold
@@ -56,7 +57,7 @@ class EfficiencyModel(RecordViews):
 
     def __init__(self, job: str, *, window_ns: int = 10_000_000_000,
                  gap_threshold_ns: int = 1_000_000, flush_rows: int = 65536,
-                 recent: int = DEFAULT_RECENT) -> None:
+                 recent: int = DEFAULT_RECENT, top: int = 20) -> None:
         if window_ns <= 0:
             raise ValueError(f"window_ns must be positive, got {window_ns}")
         self.job = job
@@ -93,6 +94,9 @@ class EfficiencyModel(RecordViews):
         self._pending: Pending | None = None
         self._updates: list[SummaryRecord] = []
         self._folder = SummaryFolder(recent=recent)
+        #: names shown per top-N table (then one "other" row)
+        self.top = max(int(top), 1)
+        self._tables = Tables()
         #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
         self._notes: dict[str, tuple[int, list[str]]] = {}
 
@@ -218,6 +222,11 @@ class EfficiencyModel(RecordViews):
             i = self._occurrence(proc, names[row_name], start, end)
             rep.touched.append(i)
             rep.recent.setdefault(proc, []).append((start, end, i))
+
+    def add_tables(self, rows: TableRows) -> None:
+        """Take one chunk's per-name aggregates for the top-N tables (any order)."""
+        self._require_report()
+        self._tables.add(rows)
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""

@@ -15,6 +15,7 @@ import msgspec
 import numpy as np
 
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
+from prvstream.sinks.efficiency.tables import Tables, merge_tables
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
@@ -94,6 +95,8 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
     span: tuple[int, int] | None = None
     devices: list[DeviceState] = msgspec.field(default_factory=list)
     processes: list[ProcessState] = msgspec.field(default_factory=list)
+    #: top-N tables: table -> name -> [count, total ns, min ns, max ns, bytes]
+    tables: dict[str, dict[str, list[int]]] = msgspec.field(default_factory=dict)
     #: notes about the reports: note -> (reports it applies to, first few report ids)
     notes: dict[str, tuple[int, list[str]]] = msgspec.field(default_factory=dict)
 
@@ -160,7 +163,7 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         job=m.job, window_ns=m.window_ns, gap_threshold_ns=m.gap_threshold_ns,
         reports=m._reports, last=m._last_key, span=m._span, devices=devices,
         processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
-        notes=dict(sorted(m._notes.items())))
+        notes=dict(sorted(m._notes.items())), tables=m._tables.export())
 
 
 def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
@@ -196,6 +199,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
     m._reports = state.reports
+    m._tables = Tables(state.tables)
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
     m._last_key = None if state.last is None else (state.last[0], state.last[1])
     m._last_report = state.last[1] if state.last is not None else ""
@@ -290,7 +294,8 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         job=a.job or b.job, window_ns=a.window_ns, gap_threshold_ns=a.gap_threshold_ns,
         reports=a.reports + b.reports, last=max(lasts) if lasts else None,
         span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
-        devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes))
+        devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes),
+        tables=merge_tables(a.tables, b.tables))
 
 
 def _merge_notes(a: dict[str, tuple[int, list[str]]],

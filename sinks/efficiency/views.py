@@ -20,6 +20,7 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     note_lines,
 )
+from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import (
     SCHEMA_VERSION,
@@ -55,6 +56,8 @@ class RecordViews:
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
+    _tables: Tables
+    top: int
     _notes: dict[str, tuple[int, list[str]]]
 
 
@@ -125,6 +128,7 @@ class RecordViews:
         record = self._record("cumulative", start, end, range(len(self._devices)),
                               lambda d: d.totals[None, :], captured=True)
         record.notes = note_lines(self._notes)
+        record.tables = self._tables.top(self.top)
         return record
 
     def _window(self, k: int) -> SummaryRecord:

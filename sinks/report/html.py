@@ -12,6 +12,7 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.report.svg import COLORS, device_bars, metrics_chart
 from prvstream.sinks.summary.records import Metrics, SummaryRecord, SummaryState
 from prvstream.sinks.summary.timeline import timeline
+from prvstream.sinks.summary.topn import top_rows
 from prvstream.sinks.summary.verdict import blame_order
 
 __all__ = ["render_html", "write_report"]
@@ -21,13 +22,14 @@ log = get_logger(__name__)
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
 max-width:960px;color:#222;line-height:1.4}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h1{font-size:22px;margin:0 0 4px}h3{font-size:15px;margin:16px 0 4px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 .meta{color:#555;font-size:14px}
 .verdict{border-left:6px solid #b03a2e;background:#fbeeee;padding:10px 14px;margin:16px 0;
 font-size:15px}
 .verdict.ok{border-color:#3a7d44;background:#eef7ef}
 .tree{list-style:none;padding-left:0;margin:0}.tree ul{list-style:none;padding-left:28px;margin:0}
-.tree li{margin:4px 0}.m{display:inline-block;width:270px}.tree ul .m{width:242px}
+.tree li{margin:4px 0}.m{display:inline-block;width:320px}.tree ul .m{width:292px}
 .v{display:inline-block;width:64px;text-align:right;font-variant-numeric:tabular-nums;font-weight:600}
 .bar{display:inline-block;height:10px;background:#e6e6e6;width:240px;margin-left:10px;
 vertical-align:middle}.bar span{display:block;height:10px}
@@ -49,7 +51,9 @@ def _pct(x: float) -> str:
 
 
 def _secs(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s" if ns >= 10**7 else f"{ns / 1e6:.3f} ms"
+    if ns >= 10**7:
+        return f"{ns / 1e9:.3f} s"
+    return f"{ns / 1e6:.3f} ms" if ns >= 10**4 else f"{ns / 1e3:.2f} µs"
 
 
 def _when(ns: int) -> str:
@@ -99,6 +103,34 @@ def _intervals(rows: Sequence[SummaryRecord], count: str) -> str:
         f"<td class='num'>{_secs(r.span_ns)}</td>{_metric_cells(r.metrics)}</tr>" for r in rows)
     return (f"<table><tr><th>phase</th><th>{count}</th><th>span</th><th>PE</th><th>LB</th>"
             f"<th>CE</th><th>OE</th></tr>{body}</table>")
+
+
+_TITLES = {"kernels": "Kernels", "nccl": "NCCL collectives", "memcpy": "Memory copies by kind",
+           "nvtx": "NVTX ranges"}
+
+
+def _tables(state: SummaryState, top: int = 15) -> str:
+    parts = []
+    for view, title in _TITLES.items():
+        rows = top_rows(state, view, top)
+        if not rows:
+            continue
+        extra = view == "memcpy"
+        head = ("<tr><th>name</th><th>count</th><th>total</th><th>share</th><th>mean</th>"
+                "<th>min</th><th>max</th>" + ("<th>bytes</th><th>GB/s</th>" if extra else "")
+                + "</tr>")
+        body = "".join(
+            f"<tr><td>{escape(r.name[:80])}</td><td class='num'>{r.count}</td>"
+            f"<td class='num'>{_secs(r.total_ns)}</td><td class='num'>{_pct(r.share)}</td>"
+            f"<td class='num'>{_secs(int(r.mean_ns))}</td><td class='num'>{_secs(r.min_ns)}</td>"
+            f"<td class='num'>{_secs(r.max_ns)}</td>"
+            + (f"<td class='num'>{r.bytes}</td><td class='num'>{r.gbps or 0.0:.2f}</td>"
+               if extra else "") + "</tr>" for r in rows)
+        parts.append(f"<h3>{title}</h3><table id='table-{view}'>{head}{body}</table>")
+    if not parts:
+        return ""
+    return ("<h2>Top tables</h2><p class='note'>the largest names by total time, then "
+            "'other'</p>" + "".join(parts))
 
 
 def render_html(state: SummaryState, history: Sequence[SummaryRecord] = (), *,
@@ -158,6 +190,7 @@ def render_html(state: SummaryState, history: Sequence[SummaryRecord] = (), *,
 <h2>Metrics over time</h2>
 {metrics_chart(tl)}
 {phases}
+{_tables(state)}
 <p class="note">Definitions: BSC/POP device model (docs/efficiency.md). LB = mean/max useful,
 CE = max useful / max(useful + exposed communication), OE = max(useful + communication) /
 captured time, PE = LB &times; CE &times; OE. Written by prvstream.</p>

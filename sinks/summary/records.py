@@ -18,6 +18,7 @@ __all__ = [
     "Metrics",
     "SummaryRecord",
     "SummaryState",
+    "TableRow",
     "Verdict",
     "View",
     "decode_record",
@@ -97,6 +98,23 @@ class Verdict(msgspec.Struct, kw_only=True):
     text: str = ""
 
 
+class TableRow(msgspec.Struct, kw_only=True):
+    """One row of a top-N table (schema 3): a kernel, NCCL collective, memcpy kind or NVTX
+    range name, or ``other`` (every name below the top N)."""
+
+    name: str
+    count: int
+    total_ns: int
+    mean_ns: float
+    min_ns: int
+    max_ns: int
+    #: total_ns / the table's total
+    share: float
+    #: bytes moved (memcpy; 0 where the export has none) and the achieved GB/s (memcpy)
+    bytes: int = 0
+    gbps: float | None = None
+
+
 class GroupRow(msgspec.Struct, kw_only=True):
     """Metrics over a subset of the devices (one host, or one rank) over the same interval."""
 
@@ -140,6 +158,8 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     gap_threshold_ns: int = 0
     #: dominant loss and its culprit device (schema 3; None in older files)
     verdict: Verdict | None = None
+    #: top-N tables of the cumulative view (schema 3): "kernels", "nccl", "memcpy", "nvtx"
+    tables: dict[str, list[TableRow]] = msgspec.field(default_factory=dict)
     #: what a reader should know about the reports themselves (cumulative view only), e.g.
     #: a clock that could not be used: notes about the data, not warnings about the run
     notes: list[str] = msgspec.field(default_factory=list)

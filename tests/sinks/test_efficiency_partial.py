@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.base import ReportInfo
-from prvstream.sinks.efficiency import EfficiencyModel, feed_report
+from prvstream.sinks.base import ReportInfo, TableRows, feed_interleaved, table_rows
+from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import (
     EfficiencyState,
     decode_partial,
@@ -50,11 +50,26 @@ def sliced_jobs(draw: st.DrawFn) -> list[Report]:
     return out
 
 
+def _tables(info: ReportInfo) -> TableRows:
+    """Kernel table rows that differ per report (names shared between reports)."""
+    s, e = info.start_ns, info.end_ns
+    return table_rows("kernels", ["gemm", f"k{s % 3}", "nccl"], np.array([0, 1, 1, 0, 2]),
+                      np.array([e - s, s, e, 1, 7]), np.array([s, 0, 0, 1, e]))
+
+
 def _single(reports: list[Report], window: int, **kw: int) -> EfficiencyModel:
     model = EfficiencyModel("j", window_ns=window, gap_threshold_ns=3, **kw)
-    for info, a, ph in reports:
-        feed_report(model, info, a, ph, chunk_rows=4)
+    for rep in reports:
+        _feed(model, rep)
     return model
+
+
+def _feed(model: EfficiencyModel, rep: Report) -> None:
+    info, a, ph = rep
+    model.begin_report(info)
+    model.add_tables(_tables(info))
+    feed_interleaved(model, a, ph, 4)
+    model.end_report()
 
 
 def _tree(states: list[EfficiencyState], cuts: list[int]) -> EfficiencyState:
@@ -78,11 +93,14 @@ def test_merging_in_any_grouping_and_order_gives_the_single_pass_state(  # type:
     cuts = data.draw(st.lists(st.integers(0, 10), max_size=4))
     merged = _tree([parts[i] for i in order], cuts)
     assert merged == expected
+    assert merged.tables == expected.tables and expected.tables["kernels"]["gemm"][0] == \
+        2 * len(job)
     assert decode_partial(encode_partial(merged)) == expected
     # the views built from a merged state: the cumulative record is the single pass's
     rebuilt = EfficiencyModel.from_partial(merged).state()
     single = whole.state()
     assert rebuilt.metrics == single.metrics and rebuilt.devices == single.devices
+    assert rebuilt.tables == single.tables
     assert (rebuilt.reports, rebuilt.last_report) == (single.reports, single.last_report)
     assert [p.index for p in rebuilt.phase_totals] == [p.index for p in single.phase_totals]
     def busy(rows):  # type: ignore[no-untyped-def]
@@ -100,8 +118,8 @@ def test_a_restored_model_continues_like_an_uninterrupted_one(job, cut: int) -> 
     first = _single(job[:cut], 10)
     model = EfficiencyModel.from_partial(decode_partial(encode_partial(first.partial())),
                                          flush_rows=4, published=first.state())
-    for info, a, ph in job[cut:]:
-        feed_report(model, info, a, ph, chunk_rows=4)
+    for rep in job[cut:]:
+        _feed(model, rep)
     whole = _single(job, 10)
     assert model.partial() == whole.partial()
     assert model.state() == whole.state()

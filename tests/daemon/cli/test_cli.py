@@ -129,7 +129,8 @@ def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
 
     assert complete("prvstream", "con") == ["convert"]
     assert complete("prvstream", "convert", "--trace", "ke") == ["kernel"]
-    assert complete("prvstream", "summary", "--view", "") == ["cumulative", "window", "phase"]
+    assert complete("prvstream", "summary", "--view", "") == [
+        "cumulative", "window", "phase", "kernels", "nccl", "memcpy", "nvtx"]
     assert "--poll" in complete("prvstream", "watch", "--po")
 
 

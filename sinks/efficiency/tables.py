@@ -1,0 +1,101 @@
+"""Top-N tables of a job: kernels, NCCL collectives, memcpy by kind, NVTX ranges, by name.
+
+Per table and name the model keeps count, total, min, max (ns) and bytes; the summary shows
+the top ``top`` names by total and one ``other`` row for the rest. Totals merge by sums and
+extremes, so tables of disjoint sets of reports merge exactly.
+"""
+
+from __future__ import annotations
+
+from prvstream.sinks.base import TableRows
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.records import TableRow
+
+__all__ = ["TABLES", "Tables", "merge_tables"]
+
+log = get_logger(__name__)
+
+#: the tables, in the order the summary shows them
+TABLES = ("kernels", "nccl", "memcpy", "nvtx")
+#: distinct names kept per table; beyond it the smallest totals fold into "other" (a job with
+#: more distinct kernel or range names than this gets approximate rows below the top)
+NAME_CAP = 65536
+_COUNT, _TOTAL, _MIN, _MAX, _BYTES = range(5)
+_OTHER = "other"
+
+Table = dict[str, list[int]]
+
+
+def _fold(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1], min(a[2], b[2]), max(a[3], b[3]), a[4] + b[4]]
+
+
+def merge_tables(a: dict[str, Table], b: dict[str, Table]) -> dict[str, Table]:
+    """The tables of both (sums of counts, totals and bytes; extremes of min and max)."""
+    out: dict[str, Table] = {}
+    for name in sorted(a.keys() | b.keys()):
+        rows = dict(a.get(name, {}))
+        for key, v in b.get(name, {}).items():
+            rows[key] = _fold(rows[key], v) if key in rows else list(v)
+        out[name] = dict(sorted(rows.items()))
+    return out
+
+
+class Tables:
+    """The model's running tables."""
+
+    def __init__(self, data: dict[str, Table] | None = None) -> None:
+        self.data: dict[str, Table] = {k: dict(v) for k, v in (data or {}).items()}
+
+    def add(self, rows: TableRows) -> None:
+        table = self.data.setdefault(rows.table, {})
+        for name, c, t, lo, hi, nb in zip(rows.names, rows.count.tolist(), rows.total.tolist(),
+                                          rows.min.tolist(), rows.max.tolist(),
+                                          rows.bytes.tolist(), strict=True):
+            old = table.get(name)
+            table[name] = [c, t, lo, hi, nb] if old is None else _fold(old, [c, t, lo, hi, nb])
+        if len(table) > NAME_CAP:
+            self._cap(table, rows.table)
+
+    @staticmethod
+    def _cap(table: Table, name: str) -> None:
+        keep = sorted(table, key=lambda k: -table[k][_TOTAL])[:NAME_CAP // 2]
+        other: list[int] | None = None
+        for key in list(table):
+            if key not in keep:
+                v = table.pop(key)
+                other = v if other is None else _fold(other, v)
+        if other is not None:
+            table[_OTHER] = _fold(table[_OTHER], other) if _OTHER in table else other
+        log.warning("table_names_capped", table=name, kept=len(table))
+
+    def export(self) -> dict[str, Table]:
+        return {k: dict(sorted(v.items())) for k, v in sorted(self.data.items()) if v}
+
+    def top(self, n: int) -> dict[str, list[TableRow]]:
+        """Every table's top ``n`` names by total, then ``other`` (the rest, summed)."""
+        out: dict[str, list[TableRow]] = {}
+        for table in sorted(self.data, key=lambda t: (*TABLES, t).index(t)):
+            rows = self.data[table]
+            if not rows:
+                continue
+            total = sum(v[_TOTAL] for v in rows.values())
+            order = sorted(rows, key=lambda k: (-rows[k][_TOTAL], k))
+            shown = [(k, rows[k]) for k in order[:n] if k != _OTHER]
+            keys = {k for k, _ in shown}
+            rest = [rows[k] for k in order if k not in keys]
+            if rest:
+                acc = rest[0]
+                for v in rest[1:]:
+                    acc = _fold(acc, v)
+                shown.append((_OTHER, acc))
+            out[table] = [_row(table, k, v, total) for k, v in shown]
+        return out
+
+
+def _row(table: str, name: str, v: list[int], total: int) -> TableRow:
+    count, ns = v[_COUNT], v[_TOTAL]
+    gbps = v[_BYTES] / ns if table == "memcpy" and ns > 0 else None  # bytes/ns = GB/s
+    return TableRow(name=name, count=count, total_ns=ns, mean_ns=ns / count if count else 0.0,
+                    min_ns=v[_MIN], max_ns=v[_MAX], share=ns / total if total else 0.0,
+                    bytes=v[_BYTES], gbps=gbps)

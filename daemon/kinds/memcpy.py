@@ -85,7 +85,7 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
     states = state_lines(task, thread, shown, end, pv.STATE_MEMORY)
     if kind == "memcpy":
         kinds, inverse = np.unique(chunk["copy_kind"], return_inverse=True)
-        labels = [MEMCPY_KIND_SHORT.get(k, f"kind {k}") for k in kinds.tolist()]
+        labels = [MEMCPY_KIND_LABELS.get(k, f"kind {k}") for k in kinds.tolist()]
     else:
         labels, inverse = ["memset"], np.zeros(len(chunk), np.int64)
     rows = table_rows("memcpy", labels, inverse.ravel(), np.maximum(end - start, 0), size)

@@ -12,10 +12,12 @@ from prvstream.daemon.stream.batch import convert
 from prvstream.sinks.efficiency import EfficiencyModel
 from tests.conftest import real_export_params
 
-#: CUPTI copyKind -> the memcpy table's names
-_COPY = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
-         7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
-         13: "UVM DtoD"}
+#: CUPTI copyKind -> the memcpy table's names (nsys's ENUM_CUDA_MEMCPY_OPER wording)
+_COPY = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+         4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+         8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+         11: "Unified Host-to-Device", 12: "Unified Device-to-Host",
+         13: "Unified Device-to-Device"}
 #: nsys event type of an NVTX mark (no duration)
 _MARK = 34
 

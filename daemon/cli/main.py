@@ -293,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
                    help="ranks (exports) the rows are spread over")
     p.add_argument("--out", metavar="DIR", help="work directory (default: temporary)")
+    _dask(p)
     _common(p)
 
     p = _add(sub, "doctor", "Check what the daemon needs on this machine: inotify limits, "

@@ -155,8 +155,9 @@ def measure(rows: int, ranks: int, work: Path, settings: Settings,
     tables = _export_tables(exports)
     total = sum(n for _, n in tables.values())
     out = work / "convert" / "trace"
+    dask = ["--dask", settings.dask] if settings.dask else []  # convert on the cluster
     convert = _run_child([py, "-m", "prvstream.daemon", "convert", str(job), "-o", str(out),
-                          "--no-progress", *common], "convert")
+                          "--no-progress", *dask, *common], "convert")
     prv = out.with_name("trace.prv")
     records, prv_bytes = _prv_records(prv), prv.stat().st_size
     live_settings = msgspec.structs.replace(settings, out_dir="", state_dir=str(work / "state"))

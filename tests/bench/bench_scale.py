@@ -59,6 +59,8 @@ def _small_job(directory: Path, reports: int, steps: int = 1) -> list[Path]:
 
 
 def _convert(inputs: list[str], out: Path, log: Path, *extra: str) -> tuple[float, float]:
+    for old in out.parent.glob(out.name + ".*"):  # a rerun's outputs (convert never overwrites)
+        old.unlink()
     run = run_measured([*_PRVSTREAM, "convert", *inputs, "-o", str(out), "--no-progress",
                         "--log-level", "info", "--log-json", *extra], log=log)
     if run.returncode != 0:

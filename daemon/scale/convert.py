@@ -40,7 +40,7 @@ from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import ConvertResult, numbering_of, trace_metadata
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict
-from prvstream.sinks.files import atomic_write, fsync_dir
+from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import header_capacity
@@ -179,6 +179,7 @@ def _write_ranges(client: Any, runs: list[RunInfo], scratch: Path, prv: Path, he
                for k, (lo, hi) in enumerate(bounds)]
     fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
     tmp = Path(tmp_name)
+    os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
     written = size = 0
     copying = 0.0  # the coordinator's own work: appending bytes
     try:

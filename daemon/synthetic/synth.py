@@ -11,11 +11,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
 import numpy as np
 
 from prvstream.daemon.nsys.schema import DDL, TABLE_ORDER
@@ -32,6 +30,20 @@ from prvstream.daemon.synthetic.model import (
     schedule,
     template,
 )
+from prvstream.daemon.synthetic.spec import (
+    EVT_THREAD,
+    LEAD_NS,
+    LOADER_THREAD,
+    MAIN_THREAD,
+    NSYS_VERSIONS,
+    OSRT_CALLS,
+    VM_BITS,
+    RankLayout,
+    SynthSpec,
+    export_name,
+    rank_layout,
+)
+from prvstream.daemon.synthetic.timing import durations, slice_timing, step_batches
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 
@@ -50,183 +62,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-NsysVersion = Literal["2022.2", "2024.5", "2026.2"]
-#: product version, schema version, schema checksum (as the metadata table records them)
-NSYS_VERSIONS: dict[str, tuple[str, str, str]] = {
-    "2022.2": ("2022.2.1.31", "2.9.1", "3609505966 99921"),
-    "2024.5": ("2024.5.1.113", "3.13.2", "1271772049 158887"),
-    "2026.2": ("2026.2.1.210", "3.25.0", "306658267 182758"),
-}
-_VM = 1 << 48                 # the VM/host-instance bits real globalPid values carry
-_EPOCH0 = 1_735_689_600 * 10**9   # 2025-01-01T00:00:00Z
-_LEAD_NS = 150_000_000        # session start precedes the first step by at most this
-_MAX_SKEW_NS = 40_000_000     # ranks start their sessions within this of each other
-_NOISE = 0.03                 # per-rank relative noise on durations (bounded)
-_OSRT = ("read", "ioctl", "pthread_mutex_lock", "pthread_cond_wait")
-_MAIN_THREAD, _LOADER_THREAD, _EVT_THREAD = "python3", "pt_data_worker", "cuda-EvtHandlr"
-
-
-class SynthSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """What to generate. Every field has a default; the CLI fills the first ones."""
-
-    ranks: int = 2
-    #: hosts the ranks are spread over (None: one host per rank)
-    hosts: int | None = None
-    gpus_per_rank: int = 1
-    #: captured training steps per export
-    steps: int = 10
-    #: capture ranges per rank (one export each), separated by as many uncaptured steps
-    slices: int = 1
-    nsys_version: NsysVersion = "2026.2"
-    seed: int = 0
-    #: compute-time factor of the slow rank
-    imbalance: float = 1.25
-    #: which rank is slow (None: the last one)
-    slow_rank: int | None = None
-    #: transformer layers per step (= gradient buckets, one NCCL all-reduce each)
-    layers: int = 12
-    steps_per_epoch: int = 100
-    #: write TARGET_INFO_GPU (None: as real exports of that version do; 2026.2 omits it)
-    target_info_gpu: bool | None = None
-    #: write MPI_RANKS (globalTid -> rank), as nsys does when MPI is traced
-    mpi_ranks_table: bool = True
-    #: steps generated and inserted at once (memory is O(batch_steps))
-    batch_steps: int = 64
-
-    def check(self) -> None:
-        """Raise ConfigError naming the bad field."""
-        for name in ("ranks", "gpus_per_rank", "steps", "slices", "layers", "steps_per_epoch",
-                     "batch_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"synth: {name} must be at least 1, got {getattr(self, name)}")
-        if self.hosts is not None and not 1 <= self.hosts <= self.ranks:
-            raise ConfigError(f"synth: hosts must be between 1 and ranks ({self.ranks}), "
-                              f"got {self.hosts}")
-        if self.imbalance < 1.0:
-            raise ConfigError(f"synth: imbalance is a slowdown factor >= 1, got {self.imbalance}")
-        if self.slow_rank is not None and not 0 <= self.slow_rank < self.ranks:
-            raise ConfigError(f"synth: slow_rank must name a rank below {self.ranks}")
-        if self.nsys_version not in NSYS_VERSIONS:
-            raise ConfigError(f"synth: nsys_version must be one of {sorted(NSYS_VERSIONS)}")
-
-    @property
-    def slow(self) -> int:
-        return self.ranks - 1 if self.slow_rank is None else self.slow_rank
-
-    @property
-    def has_gpu_table(self) -> bool:
-        if self.target_info_gpu is None:
-            return self.nsys_version != "2026.2"
-        return self.target_info_gpu
-
-
-class RankLayout(msgspec.Struct, frozen=True):
-    """Where a rank runs: host name, pid, local GPU ids, clock."""
-
-    rank: int
-    host: str
-    host_index: int
-    pid: int
-    devices: tuple[int, ...]
-    skew_ns: int          # session start after the job's reference instant
-    clock_base: int       # session-clock value at the job's reference instant
-
-
-def rank_layout(spec: SynthSpec, rank: int) -> RankLayout:
-    """Host, pid, GPUs and clock of ``rank`` (ranks fill hosts in order)."""
-    hosts = spec.hosts or spec.ranks
-    per_host = math.ceil(spec.ranks / hosts)
-    host_index, local = divmod(rank, per_host)
-    rng = np.random.default_rng([spec.seed, 7, rank])
-    host_rng = np.random.default_rng([spec.seed, 11, host_index])
-    pid = 20_000 + int(host_rng.integers(0, 40_000)) + 97 * local
-    skew = int(rng.integers(0, _MAX_SKEW_NS))
-    if spec.nsys_version == "2026.2":
-        base = int(host_rng.integers(10, 5_000)) * 10**9 + int(host_rng.integers(0, 10**9))
-    else:   # the session clock starts near zero: the earliest event is at a few tens of ms
-        base = int(rng.integers(20_000_000, 80_000_000)) - skew
-    g = spec.gpus_per_rank
-    return RankLayout(rank=rank, host=f"node{host_index:02d}", host_index=host_index, pid=pid,
-                      devices=tuple(range(local * g, local * g + g)), skew_ns=skew,
-                      clock_base=base)
-
-
-def export_name(spec: SynthSpec, rank: int, slice_: int = 0) -> str:
-    """``rank0003.sqlite``, or ``rank0003.slice02.sqlite`` when there are several slices."""
-    if spec.slices == 1:
-        return f"rank{rank:04d}.sqlite"
-    return f"rank{rank:04d}.slice{slice_:02d}.sqlite"
-
-
-# --------------------------------------------------------------------------- durations
-
-
-def _batches(spec: SynthSpec) -> list[tuple[int, int]]:
-    return [(b, min(spec.batch_steps, spec.steps - b * spec.batch_steps))
-            for b in range(math.ceil(spec.steps / spec.batch_steps))]
-
-
-def _base(spec: SynthSpec, t: Template, slice_: int, batch: int, n: int) -> tuple[np.ndarray, ...]:
-    """Job-wide durations of a batch (every rank draws the same): cpu, cpu gaps, gpu, gpu gaps."""
-    rng = np.random.default_rng([spec.seed, 1, slice_, batch])
-    cpu = (t.slot_ns * rng.lognormal(0.0, 0.15, (n, len(t.slot_ns)))).astype(np.int64)
-    gap = rng.integers(300, 2_500, (n, len(t.slot_ns)), dtype=np.int64)
-    gpu = (t.op_ns * rng.lognormal(0.0, 0.05, (n, len(t.op_ns)))).astype(np.int64)
-    ggap = rng.integers(800, 2_500, (n, len(t.op_ns)), dtype=np.int64)
-    loader = rng.integers(200_000, 900_000, n, dtype=np.int64)   # between steps
-    return cpu, gap, gpu, ggap, loader
-
-
-def _factor(spec: SynthSpec, rank: int | None) -> float:
-    if rank is None:   # the bound: the slowest compute factor
-        return spec.imbalance if spec.ranks > 1 or spec.slow == 0 else 1.0
-    return spec.imbalance if rank == spec.slow else 1.0
-
-
-def _durations(spec: SynthSpec, t: Template, slice_: int, batch: int, n: int,
-               rank: int | None) -> tuple[np.ndarray, ...]:
-    """Durations for ``rank``, or (rank None) their upper bound over all ranks."""
-    cpu, gap, gpu, ggap, loader = _base(spec, t, slice_, batch, n)
-    scale = np.where(t.op_scaled == 1, _factor(spec, rank), 1.0)
-    noisy = t.op_kernel != len(KERNELS) - 1     # NCCL transfer time is common to all ranks
-    if rank is None:
-        up = 1.0 + _NOISE
-        return ((cpu * up).astype(np.int64), (gap * up).astype(np.int64),
-                (gpu * scale * np.where(noisy, up, 1.0)).astype(np.int64),
-                (ggap * up).astype(np.int64), loader)
-    rng = np.random.default_rng([spec.seed, 2, slice_, batch, rank])
-    def jitter(shape: tuple[int, ...]) -> np.ndarray:
-        return 1.0 + rng.uniform(0.0, _NOISE, shape)
-    g = gpu * scale * np.where(noisy, jitter(gpu.shape), 1.0)
-    return ((cpu * jitter(cpu.shape)).astype(np.int64), (gap * jitter(gap.shape)).astype(np.int64),
-            g.astype(np.int64), (ggap * jitter(ggap.shape)).astype(np.int64), loader)
-
-
-@lru_cache(maxsize=64)
-def _slice_timing(spec: SynthSpec, slice_: int) -> tuple[int, tuple[int, ...], tuple[Any, ...]]:
-    """Wall-clock start of the slice's first step, its batches' start offsets, and per-batch
-    (step starts relative to the slice start, NCCL global-ready times)."""
-    t = template(spec.layers, spec.gpus_per_rank)
-    if slice_ == 0:
-        start = _EPOCH0 + (spec.seed % 100_000) * 3_600 * 10**9 + _LEAD_NS
-    else:
-        prev_start, _, prev = _slice_timing(spec, slice_ - 1)
-        starts = prev[-1][0]
-        end = prev_start + int(starts[-1]) + int(prev[-1][2])
-        start = end + (end - prev_start)          # as many uncaptured steps as captured ones
-    offsets: list[int] = []
-    per_batch: list[Any] = []
-    offset = 0
-    for b, n in _batches(spec):
-        cpu, gap, gpu, ggap, loader = _durations(spec, t, slice_, b, n, None)
-        s = schedule(t, cpu, gap, gpu, ggap, None)
-        length = s.cpu_end + loader
-        rel = offset + np.concatenate([[0], np.cumsum(length)[:-1]])
-        offsets.append(offset)
-        per_batch.append((rel, s.bucket_ready, int(length[-1])))
-        offset += int(length.sum())
-    return start, tuple(offsets), tuple(per_batch)
-
 
 # --------------------------------------------------------------------------- static rows
 
@@ -235,7 +70,7 @@ def _strings(spec: SynthSpec) -> list[str]:
     names: list[str] = list(API_NAMES)
     for short, demangled, *_ in KERNELS:
         names += [short, demangled, _mangle(short)]
-    names += [*_OSRT, _MAIN_THREAD, _LOADER_THREAD, _EVT_THREAD, "ncclAllReduce"]
+    names += [*OSRT_CALLS, MAIN_THREAD, LOADER_THREAD, EVT_THREAD, "ncclAllReduce"]
     return list(dict.fromkeys(names))   # unique, first-seen order
 
 
@@ -413,12 +248,12 @@ def _fill(conn: sqlite3.Connection, spec: SynthSpec, rank: int, slice_: int, nam
     t = template(spec.layers, spec.gpus_per_rank)
     strings = _strings(spec)
     sid = {s: i + 1 for i, s in enumerate(strings)}
-    gpid = _VM | (lay.pid << 24)
+    gpid = VM_BITS | (lay.pid << 24)
     main_tid, loader_tid, evt_tid = gpid | lay.pid, gpid | (lay.pid + 11), gpid | (lay.pid + 5)
     w.rows_of("StringIds", [(i, s) for s, i in sid.items()])
 
-    start_wall, _offsets, per_batch = _slice_timing(spec, slice_)
-    session_wall = start_wall - _LEAD_NS + lay.skew_ns
+    start_wall, _offsets, per_batch = slice_timing(spec, slice_)
+    session_wall = start_wall - LEAD_NS + lay.skew_ns
     session_clock = lay.clock_base + (session_wall - _job_origin(spec))
 
     _static(w, spec, lay, t, sid, gpid, (main_tid, loader_tid, evt_tid), session_wall,
@@ -429,8 +264,8 @@ def _fill(conn: sqlite3.Connection, spec: SynthSpec, rank: int, slice_: int, nam
     first_step = slice_ * 2 * spec.steps
     epoch_open: int | None = None
     last_end = session_clock
-    for (b, n), (rel, ready, _) in zip(_batches(spec), per_batch, strict=True):
-        cpu, gap, gpu, ggap, _loader = _durations(spec, t, slice_, b, n, rank)
+    for (b, n), (rel, ready, _) in zip(step_batches(spec), per_batch, strict=True):
+        cpu, gap, gpu, ggap, _loader = durations(spec, t, slice_, b, n, rank)
         s = schedule(t, cpu, gap, gpu, ggap, ready)
         step0 = first_step + b * spec.batch_steps
         steps = np.arange(step0, step0 + n, dtype=np.int64)
@@ -467,22 +302,22 @@ def _fill(conn: sqlite3.Connection, spec: SynthSpec, rank: int, slice_: int, nam
 
 def _job_origin(spec: SynthSpec) -> int:
     """The wall-clock instant the clocks' bases refer to (the job's reference instant)."""
-    return _slice_timing(spec, 0)[0] - _LEAD_NS
+    return slice_timing(spec, 0)[0] - LEAD_NS
 
 
 def _static(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: dict[str, int],
             gpid: int, tids: tuple[int, int, int], session_wall: int, session_clock: int) -> None:
     main_tid, loader_tid, evt_tid = tids
-    w.rows_of("PROCESSES", [(gpid, lay.pid, _MAIN_THREAD)])
-    w.rows_of("ThreadNames", [(sid[_MAIN_THREAD], 20, main_tid),
-                              (sid[_LOADER_THREAD], 20, loader_tid),
-                              (sid[_EVT_THREAD], 20, evt_tid)])
+    w.rows_of("PROCESSES", [(gpid, lay.pid, MAIN_THREAD)])
+    w.rows_of("ThreadNames", [(sid[MAIN_THREAD], 20, main_tid),
+                              (sid[LOADER_THREAD], 20, loader_tid),
+                              (sid[EVT_THREAD], 20, evt_tid)])
     session = [session_wall, _iso(session_wall), _iso(session_wall)]
     if "systemClockNs" in w.columns["TARGET_INFO_SESSION_START_TIME"]:
         session.append(session_clock)
     w.rows_of("TARGET_INFO_SESSION_START_TIME", [tuple(session)])
     w.rows_of("TARGET_INFO_SYSTEM_ENV", [
-        (_VM, "Local (CLI)", name, enum, value) for name, enum, value in (
+        (VM_BITS, "Local (CLI)", name, enum, value) for name, enum, value in (
             ("CpuCores", 1, "64"), ("CpuSpeedMhz", 2, "2450"), ("CpuArchitecture", 3, "x86_64"),
             ("NvDriverVersion", 205, "550.54.15"), ("Hostname", 619, lay.host))])
     if "TARGET_INFO_GPU" in w.columns:
@@ -491,7 +326,8 @@ def _static(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: dict
         gpus = []
         for dev in range(per_host):
             uuid = "-".join(rng.bytes(n).hex() for n in (4, 2, 2, 2, 6))
-            gpus.append((_VM, dev, "NVIDIA A100-SXM4-40GB", f"0000:{0x03 + 0x40 * dev:02x}:00.0",
+            bus = f"0000:{0x03 + 0x40 * dev:02x}:00.0"
+            gpus.append((VM_BITS, dev, "NVIDIA A100-SXM4-40GB", bus,
                          1, 41943040, 42297524224, 1555200000000, 1410000000, 108, dev, uuid, 0,
                          "GA100", dev, None, None, 161, 0, 65536, 4, 65536, 49152, 166912,
                          167936, 65536, 32, 5, 64, 32, 1024, 1024, 1024, 64, 2147483647, 65535,
@@ -603,7 +439,7 @@ def _batch_rows(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: 
     frac = np.sort(rng.uniform(0.02, 0.4, (n, 3)), axis=1)
     short_start = step_start[:, None] + (frac * span[:, None]).astype(np.int64)
     short_end = short_start + rng.integers(4_000, 120_000, (n, 3))
-    names = np.array([sid[_OSRT[i]] for i in range(3)], dtype=np.int64)
+    names = np.array([sid[OSRT_CALLS[i]] for i in range(3)], dtype=np.int64)
     w.insert("OSRT_API", {
         "start": short_start.ravel(), "end": short_end.ravel(), "eventClass": 27,
         "globalTid": loader_tid, "nameId": np.tile(names, n),
@@ -614,7 +450,7 @@ def _batch_rows(w: _Writer, spec: SynthSpec, lay: RankLayout, t: Template, sid: 
     wait_end = np.maximum(wait_start + 1_000, step_start + s.cpu_end - 5_000)
     w.insert("OSRT_API", {
         "start": wait_start, "end": wait_end, "eventClass": 27, "globalTid": loader_tid,
-        "nameId": sid[_OSRT[3]], "returnValue": 0, "nestingLevel": 0, "callchainId": 0,
+        "nameId": sid[OSRT_CALLS[3]], "returnValue": 0, "nestingLevel": 0, "callchainId": 0,
     })
 
 

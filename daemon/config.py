@@ -119,6 +119,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: write report.html (``prvstream report``) beside the summaries at every commit; it is
     #: always written when a job is finalized
     report_html: bool = False
+    #: NCCL kernels in the efficiency model: "communication" (as BSC's BasicAnalysis) or
+    #: "useful" work (as TALP's CUPTI backend); recorded in every summary record
+    nccl_as: Literal["communication", "useful"] = "communication"
     #: bytes reserved for the .prv header so that it can be rewritten in place
     header_capacity: int = 4096
     #: unset: warning for commands a person runs, info for the daemon

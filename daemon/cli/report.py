@@ -57,14 +57,16 @@ def _convert(inputs: list[str], settings: Settings) -> SummaryState:
 
     name = Path(inputs[0]).stem if len(inputs) == 1 else Path(inputs[0]).parent.name
     with tempfile.TemporaryDirectory(prefix="prvstream-report-") as tmp:
-        first = EfficiencyModel(name, gap_threshold_ns=settings.gap_threshold_ns)
+        first = EfficiencyModel(name, gap_threshold_ns=settings.gap_threshold_ns,
+                                nccl_as=settings.nccl_as)
         convert(inputs, Path(tmp) / "pass1", settings, model=first)
         span = first.state().span_ns
         if span <= 0:
             raise PrvstreamError(f"{', '.join(inputs)}: no GPU activity to report on")
         model = EfficiencyModel(name, window_ns=auto_window_ns(span),
                                 gap_threshold_ns=settings.gap_threshold_ns,
-                                recent=max(settings.summary_recent, 2 * _WINDOWS))
+                                recent=max(settings.summary_recent, 2 * _WINDOWS),
+                                nccl_as=settings.nccl_as)
         convert(inputs, Path(tmp) / "pass2", settings, model=model)
         return model.state()
 

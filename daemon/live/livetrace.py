@@ -162,7 +162,8 @@ class LiveTrace:
     def _new_model(self) -> EfficiencyModel:
         return EfficiencyModel(self.name, window_ns=int(self.settings.window * _NS),
                                gap_threshold_ns=self.settings.gap_threshold_ns,
-                               recent=self.settings.summary_recent)
+                               recent=self.settings.summary_recent,
+                               nccl_as=self.settings.nccl_as)
 
     @property
     def end_time(self) -> int:

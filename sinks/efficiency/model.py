@@ -15,6 +15,7 @@ from prvstream.sinks.base import ReportInfo, TableRows
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
+    CATEGORY_NCCL_USEFUL,
     GAP_NS,
     GAPS,
     N_MEASURES,
@@ -57,10 +58,16 @@ class EfficiencyModel(RecordViews):
 
     def __init__(self, job: str, *, window_ns: int = 10_000_000_000,
                  gap_threshold_ns: int = 1_000_000, flush_rows: int = 65536,
-                 recent: int = DEFAULT_RECENT, top: int = 20) -> None:
+                 recent: int = DEFAULT_RECENT, top: int = 20,
+                 nccl_as: str = "communication") -> None:
         if window_ns <= 0:
             raise ValueError(f"window_ns must be positive, got {window_ns}")
         self.job = job
+        if nccl_as not in ("communication", "useful"):
+            raise ValueError(f"nccl_as must be 'communication' or 'useful', got {nccl_as!r}")
+        #: NCCL kernels count as communication (BasicAnalysis) or as useful work (TALP)
+        self.nccl_as = nccl_as
+        self._category = CATEGORY if nccl_as == "communication" else CATEGORY_NCCL_USEFUL
         self.window_ns = int(window_ns)
         self.gap_threshold_ns = int(gap_threshold_ns)
         #: small batches are buffered up to this many rows before a sweep (results do not
@@ -165,7 +172,7 @@ class EfficiencyModel(RecordViews):
         if len(s):
             rep.first = min(rep.first, int(s[0]))
             rep.last = max(rep.last, int(e.max()))
-        rep.pending.append((s, e, rep.devices[batch["device"]], CATEGORY[batch["kind"]]))
+        rep.pending.append((s, e, rep.devices[batch["device"]], self._category[batch["kind"]]))
         rep.pending_rows += len(s)
         if rep.pending_rows >= self.flush_rows:
             self._sweep_pending(rep)

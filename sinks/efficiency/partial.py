@@ -88,6 +88,7 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
     job: str = ""
     window_ns: int = 10_000_000_000
     gap_threshold_ns: int = 1_000_000
+    nccl_as: str = "communication"
     reports: int = 0
     #: the greatest (start, report id) included: ``last_report`` of the records
     last: tuple[int, str] | None = None
@@ -161,7 +162,7 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         procs.setdefault(proc, {})[name] = spans.tolist()
     return EfficiencyState(
         job=m.job, window_ns=m.window_ns, gap_threshold_ns=m.gap_threshold_ns,
-        reports=m._reports, last=m._last_key, span=m._span, devices=devices,
+        nccl_as=m.nccl_as, reports=m._reports, last=m._last_key, span=m._span, devices=devices,
         processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
         notes=dict(sorted(m._notes.items())), tables=m._tables.export())
 
@@ -175,6 +176,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
 
     m = EfficiencyModel(state.job, window_ns=state.window_ns,
                         gap_threshold_ns=state.gap_threshold_ns, flush_rows=flush_rows,
+                        nccl_as=state.nccl_as,
                         recent=recent)
     for p in state.processes:
         proc = (p.host, p.pid)
@@ -238,9 +240,11 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
     reaches by taking every report in start order. Phase occurrences of a process are
     renumbered in start order; a device's process is the one of its earliest report.
     """
-    if (a.window_ns, a.gap_threshold_ns) != (b.window_ns, b.gap_threshold_ns):
-        raise ValueError("cannot merge efficiency states with different window_ns or "
-                         "gap_threshold_ns; convert every part with the same settings")
+    if (a.window_ns, a.gap_threshold_ns, a.nccl_as) != (b.window_ns, b.gap_threshold_ns,
+                                                         b.nccl_as):
+        raise ValueError("cannot merge efficiency states with different window_ns, "
+                         "gap_threshold_ns or nccl_as; convert every part with the same "
+                         "settings")
     maps: tuple[dict[tuple[str, int, str], np.ndarray], ...] = ({}, {})
     pa = {(p.host, p.pid): p for p in a.processes}
     pb = {(p.host, p.pid): p for p in b.processes}
@@ -292,6 +296,7 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
     lasts = [x for x in (a.last, b.last) if x is not None]
     return EfficiencyState(
         job=a.job or b.job, window_ns=a.window_ns, gap_threshold_ns=a.gap_threshold_ns,
+        nccl_as=a.nccl_as,
         reports=a.reports + b.reports, last=max(lasts) if lasts else None,
         span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
         devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes),

@@ -13,6 +13,7 @@ from prvstream.sinks.summary.records import SummaryRecord
 
 __all__ = [
     "CATEGORY",
+    "CATEGORY_NCCL_USEFUL",
     "COMM",
     "FIRST_ROWS",
     "GAPS",
@@ -46,6 +47,8 @@ GAPS, GAP_NS = 7, 8
 WIDTH = 9
 #: ActivityKind -> category: 0 compute kernel, 1 NCCL kernel, 2 memcpy/memset
 CATEGORY = np.array([0, 1, 2, 2], dtype=np.int8)
+#: the same with NCCL kernels counted as useful work (setting ``nccl_as = "useful"``, as TALP)
+CATEGORY_NCCL_USEFUL = np.array([0, 0, 2, 2], dtype=np.int8)
 #: first capacity of a growing table (rows)
 FIRST_ROWS = 64
 #: report ids named in a summary note (the rest are counted)

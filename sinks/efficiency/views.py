@@ -58,6 +58,7 @@ class RecordViews:
     _last_report: str
     _tables: Tables
     top: int
+    nccl_as: str
     _notes: dict[str, tuple[int, list[str]]]
 
 
@@ -121,7 +122,8 @@ class RecordViews:
             last_report=self._last_report,
             metrics=total, devices=rows, hosts=groups(hosts), ranks=groups(ranks),
             window_ns=self.window_ns,
-            gap_threshold_ns=self.gap_threshold_ns, verdict=judge(total, rows, span))
+            gap_threshold_ns=self.gap_threshold_ns, verdict=judge(total, rows, span),
+            nccl_as=self.nccl_as)
 
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)

@@ -158,6 +158,8 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     gap_threshold_ns: int = 0
     #: dominant loss and its culprit device (schema 3; None in older files)
     verdict: Verdict | None = None
+    #: how NCCL kernels counted: "communication" (BasicAnalysis) or "useful" (TALP) (schema 3)
+    nccl_as: str = "communication"
     #: top-N tables of the cumulative view (schema 3): "kernels", "nccl", "memcpy", "nvtx"
     tables: dict[str, list[TableRow]] = msgspec.field(default_factory=dict)
     #: what a reader should know about the reports themselves (cumulative view only), e.g.

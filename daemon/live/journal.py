@@ -40,8 +40,6 @@ __all__ = [
     "ReportEntry",
     "ThreadTime",
     "journal_path",
-    "open_for_output",
-    "safe_output_path",
 ]
 
 log = get_logger(__name__)
@@ -429,18 +427,3 @@ class OutputDir:
         target = self.path_for(name)
         atomic_write(target, data)
         return target
-
-
-def safe_output_path(path: str | os.PathLike[str],
-                     owned: Iterable[str] = ()) -> Path:
-    """``path`` checked and claimed for writing (see :class:`OutputDir`)."""
-    p = Path(path)
-    return OutputDir(p.parent, owned=owned).path_for(p.name)
-
-
-def open_for_output(path: str | os.PathLike[str],
-                    mode: Literal["rb+", "ab", "wb", "r+b"] = "ab",
-                    owned: Iterable[str] = ()) -> IO[bytes]:
-    """Open ``path`` for writing, refusing symlinks and files prvstream did not create."""
-    p = Path(path)
-    return OutputDir(p.parent, owned=owned).open(p.name, mode)

@@ -134,9 +134,7 @@ def write_trace(
     ordered = sorted(reports, key=lambda r: r.sort_key)
     if origin is None:
         origin = min(r.wall_start for r in ordered)
-    if numbering is None:
-        numbering = canonical_numbering(ordered)
-    live_numbering = numbering
+    ids = canonical_numbering(ordered) if numbering is None else numbering
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
     if len(ordered) > 1:  # planned: free every connection until its report streams
@@ -149,7 +147,7 @@ def write_trace(
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
         rep.open(chunk_rows)
-        ctx, info = report_context(rep, live_numbering, origin, index, settings.phase_pattern)
+        ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern)
         target = sink_for(rep) if sink_for is not None else sink
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
@@ -162,7 +160,7 @@ def write_trace(
     prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
     for path in (prv, pcf, row):
         _check_output(path)
-    capacity = paraver_capacity(numbering.layout(), origin,
+    capacity = paraver_capacity(ids.layout(), origin,
                                 header_capacity or settings.header_capacity)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
     tmp = Path(tmp_name)
@@ -183,8 +181,8 @@ def write_trace(
                     progress(sum(n for k, n in result.rows.items()
                                  if not registry.get(k).derived), planned_rows)
             # the header is written last: objects registered while streaming are included
-            writer.finish(pv.header_line(numbering.layout(), writer.end_time, origin, capacity))
-        pcf_bytes, row_bytes = trace_metadata(numbering)
+            writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity))
+        pcf_bytes, row_bytes = trace_metadata(ids)
         atomic_write(pcf, pcf_bytes)
         atomic_write(row, row_bytes)
         os.replace(tmp, prv)
@@ -195,7 +193,7 @@ def write_trace(
     records, end_time = writer.records, writer.end_time
     result.records = records
     result.end_time = end_time
-    result.numbering = numbering
+    result.numbering = ids
     result.origin = origin
     result.bytes_written = prv.stat().st_size
     result.seconds = time.perf_counter() - started

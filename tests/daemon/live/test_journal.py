@@ -16,8 +16,6 @@ from prvstream.daemon.live.journal import (
     ReportEntry,
     ThreadTime,
     journal_path,
-    open_for_output,
-    safe_output_path,
 )
 from prvstream.daemon.service.readiness import ReportIdentity
 from prvstream.daemon.stream.numbering import Numbering, clean_label, cpu_key, gpu_key
@@ -176,10 +174,10 @@ def test_output_dir_claims_and_rewrites(tmp_path: Path) -> None:
 def test_refuses_foreign_file(tmp_path: Path) -> None:
     (tmp_path / "trace.prv").write_text("user data")
     with pytest.raises(OutputConflict, match="not created by prvstream"):
-        safe_output_path(tmp_path / "trace.prv")
+        OutputDir(tmp_path).path_for("trace.prv")
     assert (tmp_path / "trace.prv").read_text() == "user data"
     # listed in the journal's outputs: ours
-    assert safe_output_path(tmp_path / "trace.prv", owned=[str(tmp_path / "trace.prv")])
+    assert OutputDir(tmp_path, owned=[str(tmp_path / "trace.prv")]).path_for("trace.prv")
 
 
 def test_refuses_symlinks(tmp_path: Path) -> None:
@@ -189,7 +187,7 @@ def test_refuses_symlinks(tmp_path: Path) -> None:
     out.mkdir()
     (out / "t.prv").symlink_to(victim)
     with pytest.raises(OutputConflict, match="symlink"):
-        open_for_output(out / "t.prv", owned=["t.prv"])
+        OutputDir(out, owned=["t.prv"]).open("t.prv")
     linked_dir = tmp_path / "linkdir"
     linked_dir.symlink_to(out)
     with pytest.raises(OutputConflict, match="symlink"):

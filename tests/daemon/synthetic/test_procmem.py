@@ -54,3 +54,13 @@ def test_a_forked_copy_that_has_not_exec_d_is_not_counted() -> None:
     sampler = TreeSampler(proc.pid, interval=0.01)
     proc.wait(timeout=30)
     assert sampler.stop() < 60 * 1024  # the fork's copied 60 MiB are not a second peak
+
+
+def test_the_command_s_peak_is_its_own_not_its_launcher_s() -> None:
+    """A launcher holding a lot of memory does not lend its peak to the command it starts."""
+    ballast = bytearray(80 * 1024 * 1024)
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touched: resident
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    peak, _ = wait_with_peak(proc, timeout=30)
+    assert peak < 60 * 1024  # a bare interpreter, not the 80 MiB launcher
+    del ballast

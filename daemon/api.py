@@ -49,7 +49,8 @@ def convert(inputs: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str
     target = Path(out)
     model = EfficiencyModel(target.name, window_ns=int(chosen.window * _NS), flush_rows=8192,
                             gap_threshold_ns=chosen.gap_threshold_ns,
-                            recent=chosen.summary_recent, nccl_as=chosen.nccl_as)
+                            recent=chosen.summary_recent, nccl_as=chosen.nccl_as,
+                            top=chosen.summary_top)
     history = target.with_name(target.name + ".summary.jsonl")
     result = _convert([str(p) for p in inputs], target, chosen, model=model,
                       summary_jsonl=history)

@@ -119,6 +119,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: write report.html (``prvstream report``) beside the summaries at every commit; it is
     #: always written when a job is finalized
     report_html: bool = False
+    #: names each top-N table of the summary shows (kernels, NCCL, memcpy, NVTX), then "other"
+    summary_top: int = 20
     #: NCCL kernels in the efficiency model: "communication" (as BSC's BasicAnalysis) or
     #: "useful" work (as TALP's CUPTI backend); recorded in every summary record
     nccl_as: Literal["communication", "useful"] = "communication"
@@ -151,6 +153,7 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ("window", self.window > 0, "must be positive"),
             ("gap_threshold_ns", self.gap_threshold_ns >= 0, "must not be negative"),
             ("summary_recent", self.summary_recent >= 1, "must be at least 1"),
+            ("summary_top", self.summary_top >= 1, "must be at least 1"),
             ("header_capacity", self.header_capacity >= 256, "must be at least 256 bytes"),
         ]
         for key, ok, why in checks:

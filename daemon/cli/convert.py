@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
                             gap_threshold_ns=settings.gap_threshold_ns,
                             recent=settings.summary_recent,
-                            nccl_as=settings.nccl_as)
+                            nccl_as=settings.nccl_as, top=settings.summary_top)
     history = out.with_name(out.name + ".summary.jsonl")
     try:
         claim(out)  # before writing: a run cut short may be rerun over its own files

@@ -66,7 +66,7 @@ def _convert(inputs: list[str], settings: Settings) -> SummaryState:
         model = EfficiencyModel(name, window_ns=auto_window_ns(span),
                                 gap_threshold_ns=settings.gap_threshold_ns,
                                 recent=max(settings.summary_recent, 2 * _WINDOWS),
-                                nccl_as=settings.nccl_as)
+                                nccl_as=settings.nccl_as, top=settings.summary_top)
         convert(inputs, Path(tmp) / "pass2", settings, model=model)
         return model.state()
 

@@ -163,7 +163,7 @@ class LiveTrace:
         return EfficiencyModel(self.name, window_ns=int(self.settings.window * _NS),
                                gap_threshold_ns=self.settings.gap_threshold_ns,
                                recent=self.settings.summary_recent,
-                               nccl_as=self.settings.nccl_as)
+                               nccl_as=self.settings.nccl_as, top=self.settings.summary_top)
 
     @property
     def end_time(self) -> int:

@@ -99,6 +99,20 @@ def test_top_n_keeps_the_largest_and_sums_the_rest(export: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize("export", _exports()[:1])
+def test_summary_top_setting_bounds_the_tables(export: Path, tmp_path: Path) -> None:
+    from prvstream.daemon.cli.main import cli
+
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("summary_top = 1\n")
+    assert cli("convert", str(export), "-o", str(tmp_path / "out"), "--config", str(cfg)) == 0
+    from prvstream.sinks.summary import load_summary
+
+    state, _ = load_summary(tmp_path / "out.summary.json")
+    for table, rows in _sql(export).items():
+        assert len(state.tables[table]) == min(len(rows), 2)  # the largest, then "other"
+
+
+@pytest.mark.parametrize("export", _exports()[:1])
 def test_summary_view_prints_a_table_as_json_rows(export: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     import json

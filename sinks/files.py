@@ -12,9 +12,13 @@ from pathlib import Path
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["atomic_write", "fsync_dir", "output_mode"]
+__all__ = ["OWNED_MARKER", "atomic_write", "fsync_dir", "output_mode"]
 
 log = get_logger(__name__)
+
+#: sidecar in an output directory listing, one per line, the files prvstream created there
+#: (discovery never reads inside such a directory)
+OWNED_MARKER = ".prvstream-owned"
 
 
 def output_mode() -> int:

@@ -11,8 +11,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = ["kinds", "nsys", "stream", "live", "service"]
 #: scale-out is a side room the live trace and the service call into when --dask asks
 SIDE = {"live": {"scale"}, "service": {"scale"}}
-#: known exceptions, to be removed (batch conversion expands directories by the watcher's rules)
-KNOWN = {("stream/batch.py", "prvstream.daemon.service.discover")}
 
 
 def _imports(path: Path) -> list[str]:
@@ -40,7 +38,7 @@ def test_daemon_rooms_import_only_downwards() -> None:
             target = parts[2]
             if target in {*ORDER, "cli", "scale", "synthetic"} and target not in allowed:
                 wrong.add((rel.as_posix(), module))
-    assert wrong == KNOWN
+    assert wrong == set()
 
 
 def test_only_the_entry_point_imports_command_modules() -> None:

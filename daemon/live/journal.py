@@ -25,13 +25,12 @@ from prvstream.sinks.errors import (
     OutputLocked,
     StateDirUnusable,
 )
-from prvstream.sinks.files import atomic_write
+from prvstream.sinks.files import OWNED_MARKER, atomic_write
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "JOURNAL_VERSION",
     "OUTPUT_LOCK",
-    "OWNED_MARKER",
     "Duplicate",
     "JobJournal",
     "JournalState",
@@ -46,8 +45,6 @@ log = get_logger(__name__)
 
 #: bump when a field changes meaning (adding a field with a default needs no bump)
 JOURNAL_VERSION = 1
-#: sidecar in an output directory listing, one per line, the files prvstream created there
-OWNED_MARKER = ".prvstream-owned"
 #: lock file in an output directory: one writer per output directory, whatever --state says
 OUTPUT_LOCK = ".prvstream.lock"
 

@@ -21,7 +21,8 @@ import anyio.abc
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.exporter import export_with_nsys
-from prvstream.daemon.service.discover import Candidate, open_discovery, scan_once
+from prvstream.daemon.nsys.locate import Candidate, scan_once
+from prvstream.daemon.service.discover import open_discovery
 from prvstream.daemon.service.jobs import Append, Finalize, Job, SetAside, Shared
 from prvstream.daemon.service.notify import (
     notify_ready,

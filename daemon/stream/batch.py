@@ -15,6 +15,7 @@ from pathlib import Path
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys.exporter import export_with_nsys
+from prvstream.daemon.nsys.locate import scan_once
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     objects_of,
@@ -44,16 +45,15 @@ def _exported(rep: Path) -> Path:
 
 
 def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, str]]]:
-    """Files, directories (every export inside, by the daemon's discovery rules: outputs,
-    hidden and temporary files excluded) and .nsys-rep files."""
+    """Files, directories (every export inside, by the daemon's discovery rules in
+    :mod:`prvstream.daemon.nsys.locate`: outputs, hidden and temporary files excluded) and
+    .nsys-rep files."""
     found: list[Path] = []
     failed: list[tuple[str, str]] = []
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
             hits = []
-            from prvstream.daemon.service.discover import scan_once  # the watcher's stack: lazily
-
             for cand in scan_once([path]):
                 if cand.kind == "done":  # a job-end marker, not an export
                     continue

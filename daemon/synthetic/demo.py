@@ -17,7 +17,7 @@ import anyio
 import msgspec
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.service.discover import DONE_MARKER
+from prvstream.daemon.nsys.locate import DONE_MARKER
 from prvstream.daemon.service.watch import Service
 from prvstream.daemon.synthetic.synth import SynthSpec, iter_job
 from prvstream.sinks.logger import get_logger

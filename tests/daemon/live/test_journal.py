@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.live.journal import (
-    OWNED_MARKER,
     JobJournal,
     OutputDir,
     ReportEntry,
@@ -20,6 +19,7 @@ from prvstream.daemon.live.journal import (
 from prvstream.daemon.service.readiness import ReportIdentity
 from prvstream.daemon.stream.numbering import Numbering, clean_label, cpu_key, gpu_key
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict
+from prvstream.sinks.files import OWNED_MARKER
 
 IDENT = ReportIdentity(device=1, inode=2, size=3, mtime_ns=4, head_sha256="ab" * 32)
 

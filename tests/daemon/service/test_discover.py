@@ -15,15 +15,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from structlog.testing import capture_logs
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.live.journal import OWNED_MARKER
-from prvstream.daemon.service.discover import (
-    DONE_MARKER,
-    Candidate,
-    DiscoveryScope,
-    open_discovery,
-    scan_once,
-)
+from prvstream.daemon.nsys.locate import DONE_MARKER, Candidate, DiscoveryScope, scan_once
+from prvstream.daemon.service.discover import open_discovery
 from prvstream.sinks.errors import ConfigError
+from prvstream.sinks.files import OWNED_MARKER
 
 DEBOUNCE = 0.05
 

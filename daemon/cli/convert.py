@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
+from prvstream.daemon.kinds.bounds import hostile_text
 from prvstream.daemon.progress import TerminalProgress
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
@@ -55,6 +56,9 @@ def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
         f"  files       {out}.prv/.pcf/.row (wxparaver {prv}); {summary}(l) "
         f"(prvstream summary {summary})",
     ]
+    if result.hostile:
+        lines.append(f"  hostile     rows outside the session or ending before they start "
+                     f"(docs/reliability.md): {hostile_text(result.hostile)}")
     if state.notes:
         lines.append(f"  notes       {_plural(len(state.notes), 'note')} about the inputs: "
                      f"prvstream summary {summary}")

@@ -193,6 +193,10 @@ class KindSpec:
     #: lowers a chunk's watermark (start of its last row) when the kind may still write records
     #: before it (host states wait for the next call on their thread)
     watermark: Callable[[ReportContext, int], int] | None = None
+    #: a negative end means "still open" (NVTX ranges), not a hostile value
+    open_end: bool = False
+    #: time fields besides start and end that must lie in the trusted bound (``kinds.bounds``)
+    other_times: tuple[str, ...] = ()
     #: the records the kind still owes when its stream ends
     finish: Callable[[ReportContext], RecordBatch] | None = None
 
@@ -210,7 +214,14 @@ class KindSpec:
         """The tables present in the export that feed the kind (possibly empty ones)."""
         if self.discover is not None:
             return self.discover(schema)
-        return [s for s in self.tables if schema.has(s.table, s.start)]
+        return [s for s in self.tables if schema.has(s.table, s.start)
+                and (s.end is None or schema.has(s.table, s.end))]
+
+    def no_end(self, schema: Schema) -> list[KindSource]:
+        """Tables of the kind refused because their end column is missing (an interval
+        without its end would give negative or made-up times)."""
+        return [s for s in self.tables if schema.has(s.table, s.start)
+                and s.end is not None and not schema.has(s.table, s.end)]
 
     def cost(self, rows: Mapping[str, int]) -> int:
         if self.read_cost is not None:

@@ -85,6 +85,7 @@ SPEC = KindSpec(
     select=select_sql,
     convert=convert,
     available=_available,
+    other_times=("recv",),
     cost_inputs=("kernel", "memcpy", "memset", "runtime"),
     read_cost=_cost,
 )

@@ -5,6 +5,7 @@ objects and value ids, sequence numbers, and the per-thread state that spans chu
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -175,6 +176,10 @@ class ReportContext:
     host_pending: dict[tuple[int, int], int] = field(default_factory=dict)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
     _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    #: the times trusted on the export's clock (``ExportMeta.bound_lo_ns/bound_hi_ns``)
+    bound: tuple[int, int] = (-(2**63), 2**63 - 1)
+    #: rows dropped or clamped, by ``"<kind> <what>"`` (``kinds.bounds``)
+    hostile: Counter[str] = field(default_factory=Counter)
     _cpu: dict[int, tuple[int, int]] = field(default_factory=dict)
     _gpu: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
     _task: dict[int, int] = field(default_factory=dict)

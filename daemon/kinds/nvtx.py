@@ -208,4 +208,5 @@ SPEC = KindSpec(
     value_groups={"nvtx": GROUP, "nvtx_domain": DOMAIN_GROUP},
     pcf=_pcf,
     efficiency="phases",
+    open_end=True,
 )

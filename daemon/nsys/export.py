@@ -27,6 +27,7 @@ from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
+    "BOUND_MARGIN_NS",
     "Export",
     "ExportMeta",
     "ExportPlan",
@@ -48,6 +49,11 @@ _NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *METADA
 _IN_BATCH: Final = 500
 #: events may precede the recorded session start by this much and still trust systemClockNs
 _CLOCK_SLACK_NS: Final = 1_000_000_000
+#: rows sampled per table (evenly by rowid) to find where the bulk of an export's times lie
+_SAMPLES: Final = 65
+#: a row is trusted within this much of the sampled median time (see ``Export.time_bound``)
+BOUND_MARGIN_NS: Final = 7 * 86_400 * 1_000_000_000
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class ProcessRow(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -65,9 +71,10 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     the export's clock, which is wall time ``utcEpochNs``. With ``systemClockNs`` (2025+) the
     timestamps are on the system clock and the session starts at ``systemClockNs``; otherwise
     they count from the session start (0), as in every export before 2025 and in the Nsight
-    Systems GUI. A ``systemClockNs`` later than the first event (by more than 1 s) is not on
-    the events' clock (seen in a 2026.1 WSL export: 515396 s vs events at 1.3 s) and is
-    ignored. With no ``utcEpochNs`` at all, wall time is the export's own clock.
+    Systems GUI. A ``systemClockNs`` later than the bulk of the events (their sampled median,
+    by more than 1 s) is not on the events' clock (seen in a 2026.1 WSL export: 515396 s vs
+    events at 1.3 s) and is ignored. With no ``utcEpochNs`` at all, wall time is the
+    export's own clock.
     """
 
     path: str
@@ -85,6 +92,10 @@ class ExportMeta(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     clock_anchor: str = "system_clock"
     #: where the session starts on the export's clock (time 0 of the Nsight Systems GUI)
     session_start_ns: int = 0
+    #: the times trusted on the export's clock (``Export.time_bound``); rows outside are
+    #: dropped, counted per kind (``kinds.bounds``)
+    bound_lo_ns: int = _I64_MIN
+    bound_hi_ns: int = _I64_MAX
 
     def notes(self) -> list[str]:
         """What a reader of this export's summary should know about the export itself."""
@@ -164,6 +175,11 @@ class Export:
         self._counts: dict[tuple[str, str], int] = {}
         self._facts: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
         if not any(self._nonempty(src) for kind in TABLE_KINDS for src in self.sources(kind)):
+            endless = sorted({s.table for k in TABLE_KINDS for s in registry.get(k).no_end(self)})
+            if endless:
+                raise UnsupportedSchema(f"{path}: {', '.join(endless)} without its end column; "
+                                        f"intervals without ends cannot be converted: re-export "
+                                        f"the report with nsys export --type sqlite")
             raise UnsupportedSchema(f"{path}: the export holds no CUDA, GPU, NVTX, OS runtime, "
                                     f"MPI or OpenACC rows; profile with --trace=cuda,nvtx,... "
                                     f"to get something to convert")
@@ -223,6 +239,16 @@ class Export:
         """The tables present in this export that feed ``kind`` (possibly empty ones)."""
         return registry.get(kind).sources(self)
 
+    def refused_rows(self) -> dict[str, int]:
+        """Rows per kind of tables refused for lacking their end column (never converted)."""
+        out: dict[str, int] = {}
+        for kind in TABLE_KINDS:
+            for src in registry.get(kind).no_end(self):
+                n = self.count_rows(src.table, src.where)
+                if n:
+                    out[kind] = out.get(kind, 0) + n
+        return out
+
     def _nonempty(self, src: KindSource) -> bool:
         facts = self._facts.get((src.table, src.where))
         if facts is not None:
@@ -245,13 +271,90 @@ class Export:
             end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
                    if src.end and self.has(src.table, src.end) else _q(src.start))
             where = f" WHERE {src.where}" if src.where else ""
-            n, a, b = self._con.execute(
-                f"SELECT COUNT(*), MIN({_q(src.start)}), MAX(MAX({end}), MAX({_q(src.start)})) "
-                f"FROM {_q(src.table)}{where}").fetchone()
+            lo, hi = self.time_bound()
+            start = f"CASE WHEN {_q(src.start)} BETWEEN {lo} AND {hi} THEN {_q(src.start)} END"
+            n, a, b, raw = self._con.execute(
+                f"SELECT COUNT(*), MIN({start}), MAX(MAX(CASE WHEN {start} IS NOT NULL AND "
+                f"{end} <= {hi} THEN {end} END), MAX({start})), MAX(MAX({end}), "
+                f"MAX({_q(src.start)})) FROM {_q(src.table)}{where}").fetchone()
+            if raw is not None:
+                int(raw)  # text where nsys writes integers: refused by name (ValueError)
             found = (int(n), None if a is None else int(a), None if b is None else int(b))
             self._facts[key] = found
             self._counts[key] = found[0]
         return found
+
+    @_memoized
+    def _session_clock(self) -> tuple[int | None, int | None]:
+        """(utcEpochNs, systemClockNs) of TARGET_INFO_SESSION_START_TIME, where present."""
+        if not self.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+            return None, None
+        cols = "utcEpochNs, " + ("systemClockNs" if self.has(
+            "TARGET_INFO_SESSION_START_TIME", "systemClockNs") else "NULL")
+        row = self._con.execute(
+            f"SELECT {cols} FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
+        if row is None:
+            return None, None
+        return (None if row[0] is None else int(row[0]), None if row[1] is None else int(row[1]))
+
+    def _anchor(self) -> tuple[str, int]:
+        """(clock anchor, session start on the export's clock): ``systemClockNs`` is on the
+        events' clock unless it follows the bulk of them (the sampled median, plus the slack),
+        so that one hostile early row cannot move the anchor."""
+        utc, sysclk = self._session_clock()
+        self.time_bound()
+        mid = self._memo.get("median")
+        if utc is not None and sysclk is not None and (
+                mid is None or sysclk <= int(mid) + _CLOCK_SLACK_NS):
+            return "system_clock", sysclk
+        return ("session_start", 0) if utc is not None else ("none", 0)
+
+    def time_bound(self) -> tuple[int, int]:
+        """The times trusted on the export's clock: within ``BOUND_MARGIN_NS`` of the median
+        of rows sampled evenly (by rowid) from every data table.
+
+        Nothing before the session start either (less 1 s of slack). Not min/max, which one
+        hostile value widens (``end = INT64_MAX``); not
+        ``ANALYSIS_DETAILS``, which is on another clock in some real exports. The median
+        holds while fewer than half the sampled rows are hostile; a real session longer than
+        the margin on either side of its median would lose its far rows (counted).
+        """
+        found = self._memo.get("time_bound")
+        if found is None:
+            samples: list[int] = []
+            seen: set[str] = set()
+            for kind in TABLE_KINDS:
+                for src in self.sources(kind):
+                    if src.table not in seen:
+                        seen.add(src.table)
+                        samples.extend(self._sample_starts(src))
+            if not samples:
+                found = (_I64_MIN, _I64_MAX)
+            else:
+                mid = self._memo["median"] = sorted(samples)[len(samples) // 2]
+                found = (max(_I64_MIN, mid - BOUND_MARGIN_NS),
+                         min(_I64_MAX, mid + BOUND_MARGIN_NS))
+            self._memo["time_bound"] = found
+            anchor, session = self._anchor()
+            if anchor != "none":  # nothing before the session start, less the anchor's slack
+                found = (max(found[0], session - _CLOCK_SLACK_NS), found[1])
+                self._memo["time_bound"] = found
+        bound: tuple[int, int] = found
+        return bound
+
+    def _sample_starts(self, src: KindSource) -> list[int]:
+        """Start times of up to ``_SAMPLES`` rows spread evenly over the table's rowids."""
+        t = _q(src.table)
+        steps = ",".join(f"({k})" for k in range(_SAMPLES))
+        where = f" AND ({src.where})" if src.where else ""
+        try:  # one statement: the rowid range, and the rows at evenly spaced rowids
+            rows = self._con.execute(
+                f"SELECT {_q(src.start)} FROM {t} WHERE rowid IN (SELECT lo + (hi - lo) * k / "
+                f"{_SAMPLES - 1} FROM (SELECT MIN(rowid) AS lo, MAX(rowid) AS hi FROM {t}), "
+                f"(SELECT column1 AS k FROM (VALUES {steps}))){where}").fetchall()
+        except sqlite3.OperationalError:  # a table without rowid: not sampled
+            return []
+        return [int(v) for (v,) in rows if isinstance(v, int)]
 
     def count_rows(self, table: str, where: str = "") -> int:
         """Rows of ``table`` (matching ``where``), counted once per export."""
@@ -286,25 +389,20 @@ class Export:
                     hostname = str(v)
                     break
         hostname = hostname or md.get("EXPORT_HOST", "") or "unknown"
-        utc = sysclk = None
-        if self.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-            cols = "utcEpochNs, " + ("systemClockNs" if self.has(
-                "TARGET_INFO_SESSION_START_TIME", "systemClockNs") else "NULL")
-            row = self._con.execute(
-                f"SELECT {cols} FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
-            if row is not None:
-                utc = None if row[0] is None else int(row[0])
-                sysclk = None if row[1] is None else int(row[1])
+        utc, sysclk = self._session_clock()
+        anchor, session = self._anchor()
+        lo, hi = self.time_bound()
         first, last = self._time_range()
-        anchor, session = "none", 0
-        if utc is not None and sysclk is not None and sysclk <= first + _CLOCK_SLACK_NS:
-            offset, anchor, session = utc - sysclk, "system_clock", sysclk
-        elif utc is not None:
+        if anchor == "system_clock":
+            assert utc is not None and sysclk is not None
+            offset = utc - sysclk
+        elif anchor == "session_start":
+            assert utc is not None
             if sysclk is not None:
                 # about the export, not the user's action: ExportMeta.notes() tells the summary
                 log.debug("system_clock_ignored", path=str(self.path), system_clock_ns=sysclk,
                           first_ns=first)
-            offset, anchor = utc, "session_start"
+            offset = utc
         else:
             offset = 0
         return ExportMeta(
@@ -321,6 +419,8 @@ class Export:
             wall_offset_ns=offset,
             clock_anchor=anchor,
             session_start_ns=session,
+            bound_lo_ns=lo,
+            bound_hi_ns=hi,
         )
 
     def _time_range(self) -> tuple[int, int]:

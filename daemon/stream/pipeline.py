@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from prvstream.daemon.kinds import hoststates, registry
+from prvstream.daemon.kinds.bounds import NO_END, screen
 from prvstream.daemon.kinds.context import (
     ReportContext,
     ThreadKey,
@@ -265,7 +266,10 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
         sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
         metric_owner=metric_owners(rep.plan), value_label=registry.value_label,
+        bound=(meta.bound_lo_ns, meta.bound_hi_ns),
     )
+    for kind, n in rep.export.refused_rows().items():
+        ctx.hostile[f"{kind} {NO_END}"] += n
     tasks = register_report(numbering, objects, value_labels_of(rep))
     for gpid, (host, pid, name, rank, _), task in zip(rep.plan.processes, objects, tasks,
                                                       strict=True):
@@ -342,6 +346,10 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
                  records: Counter[str]) -> Stream:
     spec = registry.get(kind)
     for chunk in chunks:
+        if not len(chunk):
+            continue
+        chunk = screen(chunk, kind, ctx.bound, ctx.hostile, open_end=spec.open_end,
+                       other_times=spec.other_times)
         if not len(chunk):
             continue
         result = spec.convert(ctx, chunk)

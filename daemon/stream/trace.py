@@ -17,6 +17,7 @@ import numpy as np
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
@@ -62,6 +63,9 @@ class ConvertResult:
     #: Paraver records written per kind (they add up to ``records``)
     kind_records: Counter[str] = field(default_factory=Counter)
     records: int = 0
+    #: rows dropped or clamped as hostile (``kinds.bounds``), by report name then
+    #: ``"<kind> <what>"``; reports with none are absent
+    hostile: dict[str, dict[str, int]] = field(default_factory=dict)
     end_time: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
@@ -152,6 +156,7 @@ def write_trace(
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
                                      result.kind_records)
+            note_hostile(result.hostile, rep.path.name, ctx.hostile)
         finally:
             rep.close()
 

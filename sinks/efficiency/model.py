@@ -42,6 +42,9 @@ log = get_logger(__name__)
 #: a trailing step number that makes every occurrence's name distinct (PyTorch's profiler
 #: marks steps ``ProfilerStep#0``, ``ProfilerStep#1``, ...)
 _NUMBERED = re.compile(r"#\d+$")
+#: windows kept on each side of the first one; time beyond folds into the edge window, so
+#: memory never grows with the time span (7.6 days of the default 10 s windows)
+MAX_WINDOWS = 1 << 16
 
 
 def phase_label(name: str) -> str:
@@ -305,8 +308,7 @@ class EfficiencyModel(RecordViews):
         key = (rep.origin + int(rep.info.start_ns), rep.info.report_id)
         self._last_key = key if self._last_key is None else max(self._last_key, key)
         self._report = None
-        w = self.window_ns
-        windows = range(start // w, (end - 1) // w + 1 if end > start else start // w + 1)
+        windows = self._window_span(start, end)
         touched = np.unique(np.frombuffer(rep.touched, np.int64)) if rep.touched else \
             np.zeros(0, np.int64)
         if len(touched):
@@ -383,11 +385,10 @@ class EfficiencyModel(RecordViews):
         for nid in sorted(range(len(self._names)), key=lambda n: self._names[n].name):
             folder.add(self._phase_total(nid))
         folder.add(self._cumulative())
-        w = self.window_ns
         ks: set[int] = set()
         for d in self._devices:
             for s, e in d.spans:
-                ks.update(range(s // w, (e - 1) // w + 1 if e > s else s // w + 1))
+                ks.update(self._window_span(s, e))
         for k in sorted(ks)[-folder.recent:]:
             folder.add(self._window(k))
         for nm in self._names:
@@ -453,6 +454,20 @@ class EfficiencyModel(RecordViews):
                 self._add_gaps(rep, gid, np.array([sw.idle_since]), np.array([report_end]))
             sw.idle_since = None
 
+    def _fold(self, k: np.ndarray, first: int) -> np.ndarray:
+        """Windows ``k``, each replaced by the edge window when it lies more than
+        ``MAX_WINDOWS`` from the model's first window (``first`` when there is none yet)."""
+        origin = next(iter(self._window_slots), first)
+        folded: np.ndarray = np.clip(k, origin - MAX_WINDOWS, origin + MAX_WINDOWS)
+        return folded
+
+    def _window_span(self, start: int, end: int) -> range:
+        """The (folded) windows [start, end) touches."""
+        w = self.window_ns
+        k0, k1 = self._fold(np.array([start // w, max(end - 1, start) // w]),
+                            start // w).tolist()
+        return range(k0, k1 + 1)
+
     def _window_rows(self, dev: Device, ks: Iterable[int]) -> list[int]:
         """Slots of windows ``ks`` in the devices' window tables (created as needed)."""
         slots = []
@@ -487,14 +502,15 @@ class EfficiencyModel(RecordViews):
             out: np.ndarray = (cum[:, j] + ind[:, j] * (q - edges[j])).T
             return out
 
-        w = self.window_ns
-        k0, k1 = lo // w, (hi - 1) // w
-        if k0 == k1:
-            slots = self._window_rows(dev, (k0,))
+        span = self._window_span(lo, hi)
+        if len(span) == 1:
+            slots = self._window_rows(dev, span)
             dev.windows[slots[0], :N_MEASURES] += total
         else:
-            ks = np.arange(k0, k1 + 1, dtype=np.int64)
-            per_window = np.diff(upto(np.append(ks, ks[-1] + 1) * w), axis=0)
+            ks = np.arange(span.start, span.stop, dtype=np.int64)
+            bounds = np.append(ks, ks[-1] + 1) * self.window_ns
+            bounds[0], bounds[-1] = lo, hi  # folded edge windows take all beyond them
+            per_window = np.diff(upto(bounds), axis=0)
             slots = self._window_rows(dev, ks.tolist())
             dev.windows[slots, :N_MEASURES] += per_window
         recent = rep.recent.get(dev.process)
@@ -535,7 +551,8 @@ class EfficiencyModel(RecordViews):
         dev.totals[GAPS] += len(g0)
         dev.totals[GAP_NS] += int((g1 - g0).sum())
         w = self.window_ns
-        k0, k1 = g0 // w, (g1 - 1) // w
+        first = int(g0[0]) // w
+        k0, k1 = self._fold(g0 // w, first), self._fold((g1 - 1) // w, first)
         single = k0 == k1
         ks, inv = np.unique(k0[single], return_inverse=True)
         counts = np.bincount(inv, minlength=len(ks))
@@ -544,11 +561,13 @@ class EfficiencyModel(RecordViews):
         for slot, n, total in zip(slots, counts.tolist(), sums.tolist(), strict=True):
             dev.windows[slot, GAPS] += n
             dev.windows[slot, GAP_NS] += int(total)
-        for a, b in zip(g0[~single].tolist(), g1[~single].tolist(), strict=True):
-            for k in range(a // w, (b - 1) // w + 1):
+        for a, b, ka, kb in zip(g0[~single].tolist(), g1[~single].tolist(),
+                                k0[~single].tolist(), k1[~single].tolist(), strict=True):
+            for k in range(ka, kb + 1):
                 (slot,) = self._window_rows(dev, (k,))
                 dev.windows[slot, GAPS] += 1
-                dev.windows[slot, GAP_NS] += min(b, (k + 1) * w) - max(a, k * w)
+                dev.windows[slot, GAP_NS] += ((b if k == kb else (k + 1) * w)
+                                              - (a if k == ka else k * w))
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 from prvstream.daemon.kinds.names import ALL_KINDS
+from prvstream.daemon.stream.ranks import DEFAULT_RANK_PATTERN
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 
@@ -47,7 +48,7 @@ FLAGS: dict[str, str] = {
     "chunk_rows": "--chunk-rows", "fan_in": "--fan-in", "kinds": "--trace", "poll": "--poll",
     "settle": "--settle", "idle_finalize": "--idle-finalize", "workers": "--workers",
     "state_dir": "--state", "out_dir": "--out", "log_level": "--log-level",
-    "log_json": "--log-json", "dask": "--dask",
+    "log_json": "--log-json", "dask": "--dask", "expect_ranks": "--expect",
 }
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -124,6 +125,12 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: NCCL kernels in the efficiency model: "communication" (as BSC's BasicAnalysis) or
     #: "useful" work (as TALP's CUPTI backend); recorded in every summary record
     nccl_as: Literal["communication", "useful"] = "communication"
+    #: ranks every job is expected to have (0: no expectation); a job's ``prvstream.expect``
+    #: file overrides it; ``status.json`` then lists the ``missing_ranks``
+    expect_ranks: int = 0
+    #: a report's rank when its MPI tables do not give one: the first group of this regular
+    #: expression that matches its file name (``ranks.DEFAULT_RANK_PATTERN``); "" turns it off
+    rank_pattern: str = DEFAULT_RANK_PATTERN
     #: bytes reserved for the .prv header so that it can be rewritten in place
     header_capacity: int = 4096
     #: unset: warning for commands a person runs, info for the daemon
@@ -155,10 +162,20 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ("summary_recent", self.summary_recent >= 1, "must be at least 1"),
             ("summary_top", self.summary_top >= 1, "must be at least 1"),
             ("header_capacity", self.header_capacity >= 256, "must be at least 256 bytes"),
+            ("expect_ranks", self.expect_ranks >= 0, "must be 0 (no expectation) or a count"),
         ]
         for key, ok, why in checks:
             if not ok:
                 raise _BadValue(key, why, getattr(self, key))
+        if self.rank_pattern:
+            try:
+                groups = re.compile(self.rank_pattern).groups
+            except re.error as exc:
+                raise _BadValue("rank_pattern", f"is not a regular expression ({exc})",
+                                self.rank_pattern) from None
+            if groups < 1:
+                raise _BadValue("rank_pattern", "needs a (group) around the rank's digits",
+                                self.rank_pattern)
         if self.dask:
             from prvstream.daemon.scale.cluster import parse_spec  # no Dask import
 

@@ -196,6 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{_default('idle_finalize')}")
     p.add_argument("--workers", type=_positive_int, metavar="N",
                    help=f"reports converted at once {_default('workers')}")
+    p.add_argument("--expect", type=_positive_int, metavar="N",
+                   help="ranks every job should have: status.json lists the missing ones and "
+                        "`prvstream summary` warns (a job's prvstream.expect file holding N "
+                        "wins; or expect_ranks in --config, PRVSTREAM_EXPECT_RANKS)")
     p.add_argument("--once", action="store_true",
                    help="process what is there (finalizing jobs whose prvstream.done marker "
                         "is present) and exit (for scripts)")

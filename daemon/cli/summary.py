@@ -36,7 +36,7 @@ from prvstream.sinks.summary import (
 from prvstream.sinks.summary.timeline import timeline
 from prvstream.sinks.summary.topn import TABLE_VIEWS, render_top, top_json, top_rows
 
-__all__ = ["resolve_target", "run"]
+__all__ = ["missing_ranks_warning", "resolve_target", "run"]
 
 log = get_logger(__name__)
 
@@ -169,12 +169,33 @@ class _Follower:
         return records
 
 
+#: missing rank numbers the warning names before "..."
+_FIRST_MISSING = 8
+
+
+def missing_ranks_warning(summary: Path) -> str:
+    """One line when the ``status.json`` beside ``summary`` lists missing ranks, else ""."""
+    try:
+        status = msgspec.json.decode((summary.parent / "status.json").read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return ""
+    missing = status.get("missing_ranks") if isinstance(status, dict) else None
+    expected = status.get("expected_ranks") if isinstance(status, dict) else None
+    if not missing or not isinstance(missing, list):
+        return ""
+    first = ", ".join(str(r) for r in missing[:_FIRST_MISSING])
+    more = ", ..." if len(missing) > _FIRST_MISSING else ""
+    return (f"warning: {len(missing)} of {expected} expected ranks missing (no report yet): "
+            f"{first}{more}\n")
+
+
 def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None) -> int:
     """Print the summary; with ``--follow`` keep printing updates until interrupted."""
     stream = out if out is not None else sys.stdout
     view: str = args.view
     if not args.follow:
         path = resolve_target(args.target)
+        sys.stderr.write(missing_ranks_warning(path))
         state, history = load_summary(path, recent=settings.summary_recent)
         if view in TABLE_VIEWS:
             rows = top_rows(state, view, getattr(args, "top", None))

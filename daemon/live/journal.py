@@ -19,6 +19,7 @@ import msgspec
 
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.stream.numbering import NumberingState
+from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.sinks.errors import (
     JournalCorrupt,
     OutputConflict,
@@ -77,6 +78,8 @@ class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     fingerprint: str = ""
     #: its kept link or clone (``kept.keep``), read instead of ``path`` once committed
     kept: str = ""
+    #: its processes with GPU work and their ranks when known (``pipeline.ranked_tasks``)
+    ranks: list[RankedTask] = msgspec.field(default_factory=list)
 
 
 class Duplicate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -37,9 +37,11 @@ from prvstream.daemon.stream.pipeline import (
     ReportObjects,
     objects_of,
     prepare,
+    ranked_tasks,
     report_context,
     report_stream,
 )
+from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.daemon.stream.trace import (
     ConvertResult,
@@ -251,8 +253,10 @@ class LiveTrace:
                 log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
                 continue
             try:
+                rep.arrived_as = entry.name
                 ctx, info = report_context(rep, scratch, state.origin_wall_ns, index,
-                                           self.settings.phase_pattern)
+                                           self.settings.phase_pattern,
+                                           self.settings.rank_pattern)
                 for _ in report_stream(rep, ctx, info, self.settings.chunk_rows, self.model,
                                        Counter()):
                     pass
@@ -373,7 +377,7 @@ class LiveTrace:
             self._publish_summary()
             kept = keep(path, self.out.path, fp, state.root or None)
             self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
-                                kept)
+                                kept, ranked_tasks(rep, self.settings.rank_pattern))
             self._remember_prv()
             self._commit()
         finally:
@@ -426,7 +430,8 @@ class LiveTrace:
         return source
 
     def _record_report(self, path: Path, wall_start: int, wall_end: int,
-                       identity: ReportIdentity, records: int, fp: str, kept: str) -> None:
+                       identity: ReportIdentity, records: int, fp: str, kept: str,
+                       ranks: list[RankedTask] | None = None) -> None:
         state = self.journal.state
         start, end = self._last_block
         entry = ReportEntry(
@@ -435,7 +440,7 @@ class LiveTrace:
             thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
                          for k, t in sorted(self._block_threads.items())],
             wall_start_ns=wall_start, wall_end_ns=wall_end, fingerprint=fp,
-            kept=kept,
+            kept=kept, ranks=ranks or [],
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
@@ -462,7 +467,8 @@ class LiveTrace:
                 fh.seek(start)
                 writer = PrvWriter(fh, end_time=self.end_time)
                 ctx, info = report_context(rep, self.numbering, state.origin_wall_ns,
-                                           len(state.reports), self.settings.phase_pattern)
+                                           len(state.reports), self.settings.phase_pattern,
+                                           self.settings.rank_pattern)
                 for batch, _ in report_stream(rep, ctx, info, self.settings.chunk_rows,
                                               spool, rows):
                     if self.abort.is_set():
@@ -532,6 +538,7 @@ class LiveTrace:
                     reports.append(prepare(self._committed_source(entry),
                                            self.settings.kinds or None,
                                            use_reader=self.settings.reader))
+                    reports[-1].arrived_as = entry.name
                 except (PrvstreamError, OSError) as exc:
                     raise NotAnExport(
                         f"cannot rewrite {self.prv}: committed report {entry.path} is no "

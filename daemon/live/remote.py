@@ -151,6 +151,7 @@ class RemoteAppender:
                         path=str(entry.path), kinds=list(self.trace.settings.kinds),
                         origin=origin, index=index, chunk_rows=self.trace.settings.chunk_rows,
                         phase_pattern=self.trace.settings.phase_pattern,
+                        rank_pattern=self.trace.settings.rank_pattern,
                         block=str(self._blocks / f"block-{self._seq:08d}"))
                     entry.convert = self.client.submit(convert_block, task, base, pure=False,
                                                        retries=_RETRIES)

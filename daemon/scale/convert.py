@@ -145,6 +145,7 @@ def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, or
     state = client.scatter(msgspec.json.encode(numbering.state), broadcast=True)
     tasks = [ConvertTask(path=f.path, kinds=list(settings.kinds), origin=origin, index=i,
                          chunk_rows=settings.chunk_rows, phase_pattern=settings.phase_pattern,
+                         rank_pattern=settings.rank_pattern,
                          run_base=str(scratch / f"run-{i:07d}"), spool=spool,
                          thread_last=thread_last)
              for i, f in enumerate(ordered)]

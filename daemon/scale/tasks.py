@@ -73,6 +73,8 @@ class ConvertTask:
     index: int
     chunk_rows: int
     phase_pattern: str
+    #: ``Settings.rank_pattern`` (ranks from file names)
+    rank_pattern: str
     run_base: str
     #: spool the GPU activity for the coordinator's efficiency model
     spool: bool = False
@@ -140,7 +142,8 @@ def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
     last: dict[tuple[int, int], int] = {}
     try:
         numbering = Numbering(msgspec.json.decode(numbering_state, type=NumberingState))
-        ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern)
+        ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern,
+                                   task.rank_pattern)
         for batch, _ in report_stream(rep, ctx, info, task.chunk_rows, spool, rows):
             if not len(batch):
                 continue
@@ -176,6 +179,8 @@ class BlockTask:
     index: int
     chunk_rows: int
     phase_pattern: str
+    #: ``Settings.rank_pattern`` (ranks from file names)
+    rank_pattern: str
     block: str
 
 
@@ -206,7 +211,8 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     part = Path(task.block + ".part")
     try:
         numbering = Numbering(msgspec.json.decode(numbering_state, type=NumberingState))
-        ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern)
+        ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern,
+                                   task.rank_pattern)
         with part.open("wb") as fh:
             for batch, _ in report_stream(rep, ctx, info, task.chunk_rows, spool, rows):
                 if not len(batch):

@@ -33,6 +33,7 @@ from prvstream.daemon.live.livetrace import (
     LiveTrace,
     output_dir_for,
 )
+from prvstream.daemon.service.expect import rank_status
 from prvstream.daemon.service.faults import Health, classify
 from prvstream.daemon.service.flow import JobFlow
 from prvstream.daemon.service.readiness import Ready
@@ -74,6 +75,11 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: the skew allowance (a report earlier than that moves it); once finalized, the earliest
     #: session start, as in Nsight Systems and nsys2prv (docs/mapping.md)
     origin_ns: int = 0
+    #: ranks the job should have (``--expect``, ``expect_ranks``, ``prvstream.expect``; null:
+    #: no expectation) and those no report has yet: MPI ranks, else from the file name
+    #: (``rank_pattern``), else the free numbers in (host, pid) order
+    expected_ranks: int | None = None
+    missing_ranks: list[int] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -421,6 +427,7 @@ class Job:
             return
         state = journal.state
         flow = self.flow.snapshot()
+        expected, missing = rank_status(self.job_dir, state.reports, self.shared.settings)
         status = JobStatus(
             job=str(self.job_dir), reports=len(state.reports),
             records=sum(r.records for r in state.reports), finalized=state.finalized,
@@ -432,7 +439,8 @@ class Job:
             lag_s=float(flow["lag_s"]), reports_per_min=float(flow["reports_per_min"]),
             records_per_s=float(flow["records_per_s"]),
             duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],
-            origin_ns=state.origin_wall_ns or 0)
+            origin_ns=state.origin_wall_ns or 0, expected_ranks=expected,
+            missing_ranks=missing)
         try:
             trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
         except OSError as exc:

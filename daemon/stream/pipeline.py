@@ -35,6 +35,7 @@ from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
 from prvstream.daemon.nsys.sources import ChunkSource, open_source
 from prvstream.daemon.stream.merge import Stream, merge
 from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.ranks import RankedTask, rank_from_name
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
     PHASE_DTYPE,
@@ -54,6 +55,7 @@ __all__ = [
     "ReportObjects",
     "objects_of",
     "prepare",
+    "ranked_tasks",
     "register_report",
     "report_context",
     "report_stream",
@@ -90,6 +92,13 @@ class PreparedReport:
     source: ChunkSource | None = None
     #: whether the reader process may read it (``Settings.reader``)
     use_reader: bool = True
+    #: the name the report arrived under when ``path`` is a kept copy ("" = ``path``'s)
+    arrived_as: str = ""
+
+    @property
+    def name(self) -> str:
+        """The report's file name as it arrived (its rank may be in it)."""
+        return self.arrived_as or self.path.name
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -252,8 +261,13 @@ def register_report(numbering: Numbering, objects: ReportObjects,
 
 
 def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
-                   report_index: int, phase_pattern: str) -> tuple[ReportContext, ReportInfo]:
-    """Register the report's objects in ``numbering`` and build its conversion context."""
+                   report_index: int, phase_pattern: str, rank_pattern: str = ""
+                   ) -> tuple[ReportContext, ReportInfo]:
+    """Register the report's objects in ``numbering`` and build its conversion context.
+
+    A report with one GPU process and no MPI rank takes the rank its name carries
+    (``rank_pattern``) for its devices; the trace's tasks keep MPI ranks only.
+    """
     meta = rep.export.meta
     offset = meta.wall_offset_ns - origin_wall
     objects = objects_of(rep)
@@ -283,17 +297,33 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
         if gtids:
             hoststates.register(ctx, *ctx.cpu_objects(np.array(gtids, dtype=np.int64)))
     devices: list[DeviceInfo] = []
+    name_rank = _name_rank(rep, rank_pattern)
     for gpid, device in sorted({(g, d) for g, d, _ in rep.plan.streams}):
         ctx.device_index[(gpid, device)] = len(devices)
         devices.append(DeviceInfo(host=rep.host, device=device,
                                   process=process_index.get(gpid, 0),
-                                  rank=rep.ranks.get(gpid)))
+                                  rank=rep.ranks.get(gpid, name_rank)))
     info = ReportInfo(
         report_id=rep.path.name, processes=processes, devices=devices,
         origin_wall_ns=origin_wall, start_ns=meta.first_ns + offset,
         end_ns=meta.last_ns + offset, phase_names=ctx.phase_names, notes=meta.notes(),
     )
     return ctx, info
+
+
+def _name_rank(rep: PreparedReport, rank_pattern: str) -> int | None:
+    """The rank in the report's name, when it has exactly one GPU process to give it to."""
+    if len({g for g, _, _ in rep.plan.streams}) != 1:
+        return None
+    return rank_from_name(rep.name, rank_pattern)
+
+
+def ranked_tasks(rep: PreparedReport, rank_pattern: str) -> list[RankedTask]:
+    """The report's processes with GPU work and their ranks (MPI, else its name, else
+    None), as the job's expected ranks count them."""
+    name_rank = _name_rank(rep, rank_pattern)
+    return [RankedTask(rep.host, pid_of(g), rep.ranks.get(g, name_rank))
+            for g in sorted({g for g, _, _ in rep.plan.streams})]
 
 
 class ActivityRouter:

@@ -151,7 +151,8 @@ def write_trace(
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
         rep.open(chunk_rows)
-        ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern)
+        ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern,
+                                   settings.rank_pattern)
         target = sink_for(rep) if sink_for is not None else sink
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,

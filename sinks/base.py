@@ -16,9 +16,11 @@ import numpy as np
 
 __all__ = [
     "ACTIVITY_DTYPE",
+    "HOST_DTYPE",
     "PHASE_DTYPE",
     "ActivityKind",
     "DeviceInfo",
+    "HostKind",
     "ProcessInfo",
     "ReportInfo",
     "Sink",
@@ -44,6 +46,18 @@ class ActivityKind(IntEnum):
 #: one GPU activity interval; ``device`` indexes ``ReportInfo.devices``
 ACTIVITY_DTYPE = np.dtype(
     [("start", "<i8"), ("end", "<i8"), ("device", "<i4"), ("stream", "<i4"), ("kind", "u1")]
+)
+
+class HostKind(IntEnum):
+    """What a host interval is, for the host metrics (time that is not host useful work)."""
+
+    RUNTIME = 0  # a CUDA runtime or driver API call
+    MPI = 1  # an MPI call
+
+
+#: one host call interval; ``process`` indexes ``ReportInfo.processes``, ``kind`` is a HostKind
+HOST_DTYPE = np.dtype(
+    [("start", "<i8"), ("end", "<i8"), ("process", "<i4"), ("kind", "u1")]
 )
 
 #: one NVTX range that may be an efficiency phase; ``name`` indexes ``ReportInfo.phase_names``,
@@ -131,7 +145,9 @@ class Sink(Protocol):
 
     ``begin_report`` comes first; then ``add_activity`` and ``add_phases`` are called in
     non-decreasing ``start`` order across both kinds (a phase starting at t arrives before any
-    activity starting after t); ``end_report`` closes the report.
+    activity starting after t); ``end_report`` closes the report. Optional methods a sink may
+    have: ``add_tables(TableRows)`` (any order) and ``add_host(HOST_DTYPE rows)`` (host calls,
+    in non-decreasing start order per ``HostKind``, independent of the other batches).
     """
 
     def begin_report(self, info: ReportInfo) -> None: ...

@@ -132,10 +132,13 @@ class ChunkResult:
     rows: int = 0
     #: per name aggregates for the summary's top-N tables (``sinks.base.TableRows``)
     tables: list[TableRows] | None = None
+    #: host call intervals (``sinks.base.HOST_DTYPE``) for the host metrics
+    host: np.ndarray | None = None
 
 
-#: a kind's role in the efficiency model: GPU activity intervals, phase candidates, or none
-Efficiency = Literal["activity", "phases", "none"]
+#: a kind's role in the efficiency model: GPU activity intervals, phase candidates, host calls
+#: that are not host useful work (CUDA runtime, MPI), or none
+Efficiency = Literal["activity", "phases", "host", "none"]
 #: a table kind's column: (source column or SQL expression, dtype field)
 Columns = tuple[tuple[str, str], ...]
 #: (position in the .pcf, block): blocks of every kind are written sorted by position

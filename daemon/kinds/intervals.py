@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from prvstream.daemon.kinds.base import ChunkResult
-from prvstream.daemon.kinds.context import ReportContext, factorize
-from prvstream.sinks.base import ACTIVITY_DTYPE
+from prvstream.daemon.kinds.context import ReportContext, factorize, process_of
+from prvstream.sinks.base import ACTIVITY_DTYPE, HOST_DTYPE, HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.records import (
     PRIO_BEGIN,
@@ -29,6 +29,7 @@ __all__ = [
     "activity",
     "cpu_named",
     "end_prio",
+    "host_calls",
     "interval_batch",
     "state_starts",
 ]
@@ -107,8 +108,20 @@ def activity(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.n
     return act
 
 
+def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.ndarray,
+               kind: HostKind) -> np.ndarray:
+    """HOST_DTYPE rows of CPU calls (trace-relative times) for the host metrics: each call's
+    process as an index into ``ReportInfo.processes``."""
+    out = np.empty(len(start), dtype=HOST_DTYPE)
+    out["start"], out["end"], out["kind"] = start, np.maximum(end, start), int(kind)
+    gpids, inv = np.unique(process_of(gtid), return_inverse=True)
+    procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()], np.int32)
+    out["process"] = procs[inv]
+    return out
+
+
 def cpu_named(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int, group: str,
-              type_of: Callable[[str], int]) -> ChunkResult:
+              type_of: Callable[[str], int], host: HostKind | None = None) -> ChunkResult:
     """A CPU call interval named by a string id: event ``type_of(label)`` with the label's
     value at start, 0 at end (an end before its start is clamped to the start)."""
     start = chunk["start"] + ctx.offset
@@ -121,4 +134,5 @@ def cpu_named(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int, group
     return ChunkResult(
         interval_batch(ctx, kind, rank, start, end, task, thread, begin, finish),
         rows=len(chunk),
+        host=None if host is None else host_calls(ctx, chunk["gtid"], start, end, host),
     )

@@ -22,6 +22,7 @@ from prvstream.daemon.kinds.base import (
 from prvstream.daemon.kinds.context import ReportContext
 from prvstream.daemon.kinds.intervals import cpu_named
 from prvstream.daemon.kinds.runtime import CPU_COLUMNS, CPU_FIELDS
+from prvstream.sinks.base import HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 
@@ -48,7 +49,7 @@ def mpi_type(label: str) -> int:
 
 
 def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
-    return cpu_named(ctx, chunk, "mpi", RANK, "mpi", mpi_type)
+    return cpu_named(ctx, chunk, "mpi", RANK, "mpi", mpi_type, host=HostKind.MPI)
 
 
 def _discover(schema: Schema) -> list[KindSource]:
@@ -80,4 +81,5 @@ SPEC = KindSpec(
     plan=_plan,
     value_groups={"mpi": GROUP},
     pcf=_pcf,
+    efficiency="host",
 )

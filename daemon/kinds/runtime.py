@@ -23,7 +23,8 @@ from prvstream.daemon.kinds.base import (
     string_label,
 )
 from prvstream.daemon.kinds.context import ReportContext
-from prvstream.daemon.kinds.intervals import interval_batch
+from prvstream.daemon.kinds.intervals import host_calls, interval_batch
+from prvstream.sinks.base import HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import RecordBatch, event_lines
@@ -61,7 +62,7 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     host = hoststates.states(ctx, task, thread, start, end, inside)
     return ChunkResult(RecordBatch.concat([
         interval_batch(ctx, "runtime", RANK, start, end, task, thread, begin, finish), host]),
-        rows=len(chunk))
+        rows=len(chunk), host=host_calls(ctx, chunk["gtid"], start, end, HostKind.RUNTIME))
 
 
 def _plan(scan: PlanScan, src: KindSource) -> None:
@@ -86,6 +87,7 @@ SPEC = KindSpec(
     value_groups={"runtime": GROUP},
     pcf=_pcf,
     cuda=True,
+    efficiency="host",
     watermark=hoststates.watermark,
     finish=hoststates.finish,
 )

@@ -336,9 +336,12 @@ class ActivityRouter:
         self._phases: list[np.ndarray] = []
 
     def add(self, activity: np.ndarray | None, phases: np.ndarray | None,
-            tables: list[TableRows] | None = None) -> None:
+            tables: list[TableRows] | None = None, host: np.ndarray | None = None) -> None:
         if self.sink is None:
             return
+        add_host = getattr(self.sink, "add_host", None)
+        if add_host is not None and host is not None and len(host):  # own order per kind
+            add_host(host)
         add_tables = getattr(self.sink, "add_tables", None) if tables else None
         if add_tables is not None and tables:  # sums: no order to keep
             for rows in tables:
@@ -383,7 +386,7 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
         if not len(chunk):
             continue
         result = spec.convert(ctx, chunk)
-        router.add(result.activity, result.phases, result.tables)
+        router.add(result.activity, result.phases, result.tables, result.host)
         counts[kind] += result.rows
         records[kind] += len(result.records)
         watermark = int(chunk["start"].max()) + ctx.offset

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo, TableRows
+from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
@@ -107,6 +108,8 @@ class EfficiencyModel(RecordViews):
         #: names shown per top-N table (then one "other" row)
         self.top = max(int(top), 1)
         self._tables = Tables()
+        #: host metrics: CUDA runtime and MPI time per host process
+        self._host = HostTotals(self.window_ns)
         #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
         self._notes: dict[str, tuple[int, list[str]]] = {}
 
@@ -144,6 +147,7 @@ class EfficiencyModel(RecordViews):
                             device=dev.device, report=info.report_id)
             sweeps[gid] = Sweep(lo=start, idle_since=start)
         self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end)
+        self._host.begin(info, origin)
 
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""
@@ -238,6 +242,11 @@ class EfficiencyModel(RecordViews):
         self._require_report()
         self._tables.add(rows)
 
+    def add_host(self, batch: np.ndarray) -> None:
+        """Take HOST_DTYPE rows (CUDA runtime and MPI calls; start order per kind)."""
+        self._require_report()
+        self._host.add(batch)
+
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
         spans = self._occ_spans.get((proc, name))
@@ -298,6 +307,7 @@ class EfficiencyModel(RecordViews):
             hi = max(rep.last, sw.lo, int(sw.carry_e.max()) if len(sw.carry_e) else sw.lo)
             self._advance(rep, gid, sw, sw.carry_s[:0], sw.carry_e[:0], sw.carry_c[:0], hi,
                           final=True, report_end=rep.last)
+        self._host.end()
         start, end = rep.first, rep.last
         for gid in rep.sweeps:
             self._devices[gid].spans.append((start, end))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
+from prvstream.sinks.efficiency.host import HOST_WIDTH, HostProcess, restore_process
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
 from prvstream.sinks.efficiency.tables import Tables, merge_tables
 from prvstream.sinks.logger import get_logger
@@ -27,6 +28,7 @@ __all__ = [
     "STATE_VERSION",
     "DeviceState",
     "EfficiencyState",
+    "HostState",
     "ProcessState",
     "Rows",
     "decode_partial",
@@ -81,6 +83,20 @@ class ProcessState(msgspec.Struct, kw_only=True):
     phases: dict[str, list[int]] = msgspec.field(default_factory=dict)
 
 
+class HostState(msgspec.Struct, kw_only=True):
+    """A host process: its captured spans and its CUDA runtime and MPI time per view
+    (``host.HOST_WIDTH`` columns per row)."""
+
+    host: str
+    pid: int
+    rank: int | None = None
+    #: spans of its reports with calls of it, and of those with MPI calls
+    spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    mpi_spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    totals: list[int] = msgspec.field(default_factory=list)
+    windows: Rows = msgspec.field(default_factory=Rows)
+
+
 class EfficiencyState(msgspec.Struct, kw_only=True):
     """Everything the model's views are built from, for a set of whole reports."""
 
@@ -100,6 +116,8 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
     tables: dict[str, dict[str, list[int]]] = msgspec.field(default_factory=dict)
     #: notes about the reports: note -> (reports it applies to, first few report ids)
     notes: dict[str, tuple[int, list[str]]] = msgspec.field(default_factory=dict)
+    #: host processes (host metrics), by (host, pid)
+    hosts: list[HostState] = msgspec.field(default_factory=list)
 
 
 _ENC = msgspec.msgpack.Encoder()
@@ -164,7 +182,16 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         job=m.job, window_ns=m.window_ns, gap_threshold_ns=m.gap_threshold_ns,
         nccl_as=m.nccl_as, reports=m._reports, last=m._last_key, span=m._span, devices=devices,
         processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
-        notes=dict(sorted(m._notes.items())), tables=m._tables.export())
+        notes=dict(sorted(m._notes.items())), tables=m._tables.export(),
+        hosts=[_host_state(hp) for _, hp in sorted(m._host.processes.items())])
+
+
+def _host_state(hp: HostProcess) -> HostState:
+    keys = sorted(k for k, v in hp.windows.items() if any(v))
+    return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
+                     mpi_spans=sorted(hp.mpi_spans),
+                     totals=list(hp.totals),
+                     windows=Rows(keys, [x for k in keys for x in hp.windows[k]]))
 
 
 def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
@@ -200,6 +227,10 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
             dev.instances[nm.instances[keys]] = values
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
+    for h in state.hosts:
+        m._host.processes[(h.host, h.pid)] = restore_process(
+            h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.totals, h.windows.keys,
+            h.windows.values)
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
@@ -300,7 +331,31 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         reports=a.reports + b.reports, last=max(lasts) if lasts else None,
         span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
         devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes),
-        tables=merge_tables(a.tables, b.tables))
+        tables=merge_tables(a.tables, b.tables), hosts=_merge_hosts(a.hosts, b.hosts))
+
+
+def _merge_hosts(a: list[HostState], b: list[HostState]) -> list[HostState]:
+    """Host processes of disjoint sets of reports: spans join, times add."""
+    by: dict[tuple[str, int], list[HostState]] = {}
+    for h in (*a, *b):
+        by.setdefault((h.host, h.pid), []).append(h)
+    out = []
+    for (host, pid), parts in sorted(by.items()):
+        ranks = [h.rank for h in parts if h.rank is not None]
+        windows: dict[int, list[int]] = {}
+        totals: list[int] = []
+        for h in parts:
+            totals = _sum(totals, h.totals)
+            for i, k in enumerate(h.windows.keys):
+                row = h.windows.values[i * HOST_WIDTH:(i + 1) * HOST_WIDTH]
+                windows[k] = _sum(windows.get(k, []), row)
+        keys = sorted(windows)
+        out.append(HostState(host=host, pid=pid, rank=min(ranks) if ranks else None,
+                             spans=sorted(s for h in parts for s in h.spans),
+                             mpi_spans=sorted(s for h in parts for s in h.mpi_spans),
+                             totals=totals,
+                             windows=Rows(keys, [x for k in keys for x in windows[k]])))
+    return out
 
 
 def _merge_notes(a: dict[str, tuple[int, list[str]]],

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.metrics import covered, group_order, job_metrics
 from prvstream.sinks.efficiency.parts import (
     COMM,
@@ -57,6 +58,7 @@ class RecordViews:
     _reports: int
     _last_report: str
     _tables: Tables
+    _host: HostTotals
     top: int
     nccl_as: str
     _notes: dict[str, tuple[int, list[str]]]
@@ -131,6 +133,7 @@ class RecordViews:
                               lambda d: d.totals[None, :], captured=True)
         record.notes = note_lines(self._notes)
         record.tables = self._tables.top(self.top)
+        record.host_metrics = self._host.metrics()
         return record
 
     def _window(self, k: int) -> SummaryRecord:
@@ -140,9 +143,11 @@ class RecordViews:
         present = [i for i, d in enumerate(self._devices)
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
-        return self._record("window", max(ws, js), min(we, je), present,
-                            lambda d: d.windows if slot >= 0 else None, row=slot, index=k,
-                            captured=True)
+        record = self._record("window", max(ws, js), min(we, je), present,
+                              lambda d: d.windows if slot >= 0 else None, row=slot, index=k,
+                              captured=True)
+        record.host_metrics = self._host.metrics(k)
+        return record
 
     def _present(self, processes: Iterable[int]) -> list[int]:
         return [g for p in processes

@@ -15,6 +15,8 @@ __all__ = [
     "Culprit",
     "DeviceRow",
     "GroupRow",
+    "HostMetrics",
+    "HostRow",
     "Metrics",
     "SummaryRecord",
     "SummaryState",
@@ -125,6 +127,35 @@ class GroupRow(msgspec.Struct, kw_only=True):
     metrics: Metrics
 
 
+class HostRow(msgspec.Struct, kw_only=True):
+    """One host process over the record's interval (schema 3): its captured time and the part
+    of it in the CUDA runtime, in MPI and in neither (useful)."""
+
+    host: str
+    pid: int
+    rank: int | None = None
+    captured_ns: int = 0
+    useful_ns: int = 0
+    runtime_ns: int = 0
+    mpi_ns: int = 0
+    #: useful_ns / (useful_ns + runtime_ns); null when both are 0
+    device_offload_efficiency: float | None = None
+
+
+class HostMetrics(msgspec.Struct, kw_only=True):
+    """The host-side POP metrics (BasicAnalysis / TALP), kept apart from the device metrics
+    and never multiplied with them (schema 3). Null where not computable: the MPI ones without
+    MPI tables (``parallel_efficiency`` is then the device offload efficiency)."""
+
+    parallel_efficiency: float | None = None
+    mpi_parallel_efficiency: float | None = None
+    device_offload_efficiency: float | None = None
+    load_balance: float | None = None
+    communication_efficiency: float | None = None
+    #: per host process, by (host, pid)
+    hosts: list[HostRow] = msgspec.field(default_factory=list)
+
+
 class SummaryRecord(msgspec.Struct, kw_only=True):
     """One update of one view's interval: a line of ``summary.jsonl``."""
 
@@ -162,6 +193,9 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     nccl_as: str = "communication"
     #: top-N tables of the cumulative view (schema 3): "kernels", "nccl", "memcpy", "nvtx"
     tables: dict[str, list[TableRow]] = msgspec.field(default_factory=dict)
+    #: host metrics (schema 3): cumulative and window views; null for phases and where no
+    #: host process was captured
+    host_metrics: HostMetrics | None = None
     #: what a reader should know about the reports themselves (cumulative view only), e.g.
     #: a clock that could not be used: notes about the data, not warnings about the run
     notes: list[str] = msgspec.field(default_factory=list)

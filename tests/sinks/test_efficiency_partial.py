@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.base import ReportInfo, TableRows, feed_interleaved, table_rows
+from prvstream.sinks.base import HOST_DTYPE, ReportInfo, TableRows, feed_interleaved, table_rows
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import (
     EfficiencyState,
@@ -18,13 +18,14 @@ from prvstream.sinks.efficiency.partial import (
 )
 from tests.sinks.test_efficiency import C, M, N, S, acts, phases, report
 
-Report = tuple[ReportInfo, np.ndarray, np.ndarray]
+Report = tuple[ReportInfo, np.ndarray, np.ndarray, np.ndarray]
 
 
 @st.composite
 def sliced_jobs(draw: st.DrawFn) -> list[Report]:
     """1-3 processes (on 1-2 hosts), each captured in 1-3 slices (one report each, disjoint
-    in time), 1-2 GPUs per process, random activity and "step"/"eval" phases."""
+    in time), 1-2 GPUs per process, random activity, "step"/"eval" phases and host calls
+    (CUDA runtime, MPI; some reaching past the report's ends)."""
     out: list[Report] = []
     for p in range(draw(st.integers(1, 3))):
         host = f"h{draw(st.integers(0, 1))}"
@@ -45,7 +46,12 @@ def sliced_jobs(draw: st.DrawFn) -> list[Report]:
             info = report(f"p{p}.s{k}", host, 100 + p, p, gpus, start, end,
                           phase_names=["step", "eval"])
             local = acts(sorted(rows))
-            out.append((info, local, phases(sorted(prow))))
+            calls = []
+            for _ in range(draw(st.integers(0, 6))):
+                a = draw(st.integers(start - 5, end))
+                calls.append((a, a + draw(st.integers(0, 30)), 0, draw(st.integers(0, 1))))
+            out.append((info, local, phases(sorted(prow)),
+                        np.array(sorted(calls), dtype=HOST_DTYPE)))
     out.sort(key=lambda r: (r[0].origin_wall_ns + r[0].start_ns, r[0].report_id))
     return out
 
@@ -65,9 +71,13 @@ def _single(reports: list[Report], window: int, **kw: int) -> EfficiencyModel:
 
 
 def _feed(model: EfficiencyModel, rep: Report) -> None:
-    info, a, ph = rep
+    info, a, ph, host = rep
     model.begin_report(info)
     model.add_tables(_tables(info))
+    for kind in (0, 1):  # each host kind in start order, split in two batches
+        rows = host[host["kind"] == kind]
+        model.add_host(rows[:len(rows) // 2])
+        model.add_host(rows[len(rows) // 2:])
     feed_interleaved(model, a, ph, 4)
     model.end_report()
 
@@ -101,6 +111,10 @@ def test_merging_in_any_grouping_and_order_gives_the_single_pass_state(  # type:
     single = whole.state()
     assert rebuilt.metrics == single.metrics and rebuilt.devices == single.devices
     assert rebuilt.tables == single.tables
+    assert merged.hosts == expected.hosts and len(expected.hosts) == len(
+        {(r[0].processes[0].host, r[0].processes[0].pid) for r in job})
+    assert rebuilt.host_metrics == single.host_metrics
+    assert [w.host_metrics for w in rebuilt.windows] == [w.host_metrics for w in single.windows]
     assert (rebuilt.reports, rebuilt.last_report) == (single.reports, single.last_report)
     assert [p.index for p in rebuilt.phase_totals] == [p.index for p in single.phase_totals]
     def busy(rows):  # type: ignore[no-untyped-def]

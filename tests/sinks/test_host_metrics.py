@@ -1,0 +1,132 @@
+"""Host metrics (BasicAnalysis / TALP) on hand-computed jobs: CUDA runtime and MPI time per
+host process, device offload efficiency, MPI load balance and communication efficiency."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.stream.batch import convert
+from prvstream.sinks.base import HOST_DTYPE, HostKind
+from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.efficiency.host import host_metrics
+from tests.conftest import real_export_params
+from tests.sinks.test_efficiency import C, acts, report
+
+RT, MPI = int(HostKind.RUNTIME), int(HostKind.MPI)
+
+
+def calls(rows: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """(start, end, process, kind) rows."""
+    return np.array(rows, dtype=HOST_DTYPE)
+
+
+def _run(model: EfficiencyModel, rid: str, pid: int, start: int, end: int,
+         host_rows: list[tuple[int, int, int, int]], *, rank: int | None = None) -> None:
+    model.begin_report(report(rid, "n0", pid, rank, [pid], start, end))
+    model.add_activity(acts([(start, start + 1, 0, 0, C)]))
+    rows = calls(host_rows)
+    for kind in (RT, MPI):  # each kind in its own start order, as the pipeline streams them
+        model.add_host(rows[rows["kind"] == kind])
+    model.end_report()
+
+
+def test_runtime_time_is_the_union_over_threads_and_doe_follows() -> None:
+    model = EfficiencyModel("j", window_ns=50)
+    # overlapping calls of two threads: union [10, 30) + [60, 65) = 25 ns of 100
+    _run(model, "a", 1, 0, 100, [(10, 20, 0, RT), (15, 30, 0, RT), (60, 65, 0, RT)])
+    hm = model.state().host_metrics
+    assert hm is not None
+    (row,) = hm.hosts
+    assert (row.captured_ns, row.runtime_ns, row.mpi_ns, row.useful_ns) == (100, 25, 0, 75)
+    assert hm.device_offload_efficiency == pytest.approx(75 / 100)
+    assert hm.parallel_efficiency == hm.device_offload_efficiency  # no MPI: PE = DOE
+    assert hm.mpi_parallel_efficiency is hm.load_balance is hm.communication_efficiency is None
+    windows = {w.index: w.host_metrics for w in model.state().windows}
+    assert windows[0] is not None and windows[1] is not None
+    assert windows[0].hosts[0].runtime_ns == 20  # [10, 30) in [0, 50)
+    assert windows[1].hosts[0].runtime_ns == 5
+    assert windows[0].device_offload_efficiency == pytest.approx(30 / 50)
+
+
+def test_mpi_load_balance_and_communication_over_two_ranks() -> None:
+    model = EfficiencyModel("j", window_ns=1000)
+    _run(model, "r0", 1, 0, 100, [(0, 10, 0, RT), (50, 70, 0, MPI)], rank=0)
+    _run(model, "r1", 2, 0, 100, [(0, 30, 0, RT), (60, 70, 0, MPI)], rank=1)
+    hm = model.state().host_metrics
+    assert hm is not None
+    useful = [100 - 10 - 20, 100 - 30 - 10]  # 70, 60
+    assert [r.useful_ns for r in hm.hosts] == useful
+    assert [r.rank for r in hm.hosts] == [0, 1]
+    doe = sum(useful) / (sum(useful) + 10 + 30)
+    lb = (sum(useful) / 2) / max(useful)
+    ce = max(useful) / 100
+    assert hm.device_offload_efficiency == pytest.approx(doe)
+    assert hm.load_balance == pytest.approx(lb)
+    assert hm.communication_efficiency == pytest.approx(ce)
+    assert hm.mpi_parallel_efficiency == pytest.approx(lb * ce)
+    assert hm.parallel_efficiency == pytest.approx(lb * ce * doe)
+
+
+def test_calls_outside_the_report_are_clipped_and_slices_add_captured_time() -> None:
+    model = EfficiencyModel("j", window_ns=1000)
+    _run(model, "s0", 1, 100, 200, [(90, 110, 0, RT)])
+    _run(model, "s1", 1, 500, 600, [(590, 650, 0, RT)])
+    hm = model.state().host_metrics
+    assert hm is not None
+    (row,) = hm.hosts
+    assert (row.captured_ns, row.runtime_ns) == (200, 20)  # the gap [200, 500) not captured
+
+
+def test_degenerate_cases() -> None:
+    empty = host_metrics([], mpi=False)
+    assert empty.parallel_efficiency is None and empty.device_offload_efficiency is None
+    idle = host_metrics([("h", 1, None, 0, 0, 0)], mpi=True)
+    assert idle.hosts[0].device_offload_efficiency is None
+    all_mpi = host_metrics([("h", 1, 0, 10, 0, 10), ("h", 2, 1, 10, 0, 10)], mpi=True)
+    assert all_mpi.load_balance == 1.0 and all_mpi.communication_efficiency == 0.0
+    assert all_mpi.parallel_efficiency is None  # no useful and no runtime time: DOE unknown
+
+
+def _runtime_union(export: Path) -> dict[int, int]:
+    """pid -> length of the union of its CUDA runtime/driver call intervals, from SQL."""
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for gtid, start, end in con.execute(
+            "SELECT globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start"):
+        by_pid.setdefault((gtid >> 24) & 0xFFFFFF, []).append((start, max(end, start)))
+    con.close()
+    out = {}
+    for pid, calls_ in by_pid.items():
+        total, reach = 0, None
+        for start, end in calls_:
+            if reach is None or start >= reach:
+                total += end - start
+                reach = end
+            elif end > reach:
+                total += end - reach
+                reach = end
+        out[pid] = total
+    return out
+
+
+@pytest.mark.parametrize("export", real_export_params())
+def test_real_export_runtime_time_matches_sql_per_process(export: Path, tmp_path: Path) -> None:
+    settings = load_settings(None, {}, environ={})
+    model = EfficiencyModel("real")
+    convert([str(export)], tmp_path / "t", settings, model=model)
+    hm = model.state().host_metrics
+    assert hm is not None
+    expected = _runtime_union(export)
+    assert {r.pid: r.runtime_ns for r in hm.hosts} == expected
+    assert all(r.mpi_ns == 0 for r in hm.hosts)  # no MPI tables in these exports
+    assert hm.mpi_parallel_efficiency is None and hm.load_balance is None
+    useful = [r.captured_ns - r.runtime_ns for r in hm.hosts]
+    assert [r.useful_ns for r in hm.hosts] == useful
+    doe = sum(useful) / (sum(useful) + sum(expected.values()))
+    assert hm.device_offload_efficiency == pytest.approx(doe, rel=1e-12)
+    assert hm.parallel_efficiency == hm.device_offload_efficiency

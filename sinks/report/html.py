@@ -97,6 +97,41 @@ def _groups(state: SummaryState) -> str:
     return "".join(parts)
 
 
+def _opt(x: float | None) -> str:
+    return "n/a" if x is None else _pct(x)
+
+
+def _host(state: SummaryState) -> str:
+    """The host metrics (BasicAnalysis / TALP), apart from the device metrics."""
+    hm = state.host_metrics
+    if hm is None:
+        return ""
+    tree = [("Host parallel efficiency", "host-pe", hm.parallel_efficiency, 0),
+            ("MPI parallel efficiency", "host-mpi-pe", hm.mpi_parallel_efficiency, 1),
+            ("MPI load balance", "host-lb", hm.load_balance, 2),
+            ("MPI communication efficiency", "host-ce", hm.communication_efficiency, 2),
+            ("Device offload efficiency", "host-doe", hm.device_offload_efficiency, 1)]
+    items = "".join(
+        f'<li style="margin-left:{18 * depth}px"><span class="m">{name}</span>'
+        f'<span class="v" id="{ident}">{_opt(v)}</span>'
+        f'{_bar(v, COLORS["parallel_efficiency"]) if v is not None else ""}</li>'
+        for name, ident, v, depth in tree)
+    body = "".join(
+        f"<tr><td>{escape(r.host)}</td><td class='num'>{r.pid}</td>"
+        f"<td class='num'>{'-' if r.rank is None else r.rank}</td>"
+        f"<td class='num'>{_secs(r.captured_ns)}</td><td class='num'>{_secs(r.useful_ns)}</td>"
+        f"<td class='num'>{_secs(r.runtime_ns)}</td><td class='num'>{_secs(r.mpi_ns)}</td>"
+        f"<td class='num'>{_opt(r.device_offload_efficiency)}</td></tr>" for r in hm.hosts)
+    return ("<h2>Host metrics</h2><p class='note'>host processes (BasicAnalysis / TALP): "
+            "useful = captured time outside CUDA runtime and MPI calls; kept apart from the "
+            "device metrics, never multiplied with them; n/a = not computable (MPI: no MPI "
+            "calls)</p>"
+            f'<ul class="tree" id="host-metrics">{items}</ul>'
+            "<table id='host-processes'><tr><th>host</th><th>pid</th><th>rank</th>"
+            "<th>captured</th><th>useful</th><th>CUDA runtime</th><th>MPI</th><th>DOE</th>"
+            f"</tr>{body}</table>")
+
+
 def _intervals(rows: Sequence[SummaryRecord], count: str) -> str:
     body = "".join(
         f"<tr><td>{escape(r.name)}</td><td class='num'>{r.index}</td>"
@@ -184,6 +219,7 @@ def render_html(state: SummaryState, history: Sequence[SummaryRecord] = (), *,
 <h2>Metrics</h2>
 {_tree(state.metrics, worst)}
 {_groups(state)}
+{_host(state)}
 <h2>Devices</h2>
 <p class="note">share of each device's captured time; largest contribution to the loss first</p>
 {device_bars(shown, state.span_ns, culprit_key)}{more}

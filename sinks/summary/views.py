@@ -6,10 +6,10 @@ import datetime as _dt
 from collections.abc import Sequence
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.records import Metrics, SummaryRecord, SummaryState
+from prvstream.sinks.summary.records import HostMetrics, Metrics, SummaryRecord, SummaryState
 from prvstream.sinks.summary.verdict import blame_order
 
-__all__ = ["pct", "render_table", "secs", "verdict"]
+__all__ = ["host_lines", "opt_pct", "pct", "render_table", "secs", "verdict"]
 
 log = get_logger(__name__)
 
@@ -34,6 +34,36 @@ def verdict(metrics: Metrics, span_ns: int = 1, record: SummaryRecord | None = N
 
 def pct(x: float) -> str:
     return f"{100.0 * x:5.1f}%"
+
+
+def opt_pct(x: float | None) -> str:
+    """A percentage, or "n/a" where the metric is not computable (null)."""
+    return "   n/a" if x is None else pct(x)
+
+
+def host_lines(hm: HostMetrics | None, limit: int = 40) -> list[str]:
+    """The host metrics (kept apart from the device metrics) and one line per host process."""
+    if hm is None:
+        return []
+    lines = [
+        "host (BasicAnalysis/TALP; not multiplied with the device metrics):",
+        f"  host parallel efficiency   {opt_pct(hm.parallel_efficiency)}",
+        f"    MPI parallel efficiency  {opt_pct(hm.mpi_parallel_efficiency)}",
+        f"      MPI load balance       {opt_pct(hm.load_balance)}",
+        f"      MPI communication eff. {opt_pct(hm.communication_efficiency)}",
+        f"    device offload eff.      {opt_pct(hm.device_offload_efficiency)}",
+        f"  {'host':<20} {'pid':>8} {'rank':>5} {'useful':>7} {'CUDA rt':>7} {'MPI':>7} "
+        f"{'DOE':>7}",
+    ]
+    for r in hm.hosts[:limit]:
+        t = max(r.captured_ns, 1)
+        rank = "-" if r.rank is None else str(r.rank)
+        lines.append(f"  {r.host[:20]:<20} {r.pid:>8} {rank:>5} {pct(r.useful_ns / t):>7} "
+                     f"{pct(r.runtime_ns / t):>7} {pct(r.mpi_ns / t):>7} "
+                     f"{opt_pct(r.device_offload_efficiency):>7}")
+    if len(hm.hosts) > limit:
+        lines.append(f"  ... {len(hm.hosts) - limit} more host processes")
+    return lines
 
 
 def secs(ns: int) -> str:
@@ -71,7 +101,8 @@ def _device_table(record: SummaryRecord, limit: int) -> list[str]:
 def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
                     count: str = "#") -> list[str]:
     head = f"  {'phase':<16} {count:>5}" if phase else f"  {'window start (UTC)':<22}"
-    lines = [f"{head} {'span':>10} {'PE':>7} {'LB':>7} {'CE':>7} {'OE':>7} {'devices':>7}"]
+    lines = [f"{head} {'span':>10} {'PE':>7} {'LB':>7} {'CE':>7} {'OE':>7} {'devices':>7}"
+             + ("" if phase else f" {'host PE':>7} {'DOE':>7}")]
 
     for r in rows[-limit:]:
         if phase:
@@ -82,10 +113,18 @@ def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
         m = r.metrics
         lines.append(f"{label} {secs(r.span_ns):>10} {pct(m.parallel_efficiency):>7} "
                      f"{pct(m.load_balance):>7} {pct(m.communication_efficiency):>7} "
-                     f"{pct(m.orchestration_efficiency):>7} {len(r.devices):>7}")
+                     f"{pct(m.orchestration_efficiency):>7} {len(r.devices):>7}"
+                     + ("" if phase else _host_cells(r.host_metrics)))
     if len(rows) > limit:
         lines.insert(1, f"  ... {len(rows) - limit} earlier rows not shown")
     return lines
+
+
+def _host_cells(hm: HostMetrics | None) -> str:
+    if hm is None:
+        return f" {'n/a':>7} {'n/a':>7}"
+    return (f" {opt_pct(hm.parallel_efficiency):>7} "
+            f"{opt_pct(hm.device_offload_efficiency):>7}")
 
 
 def _captured(record: SummaryRecord) -> str:
@@ -108,6 +147,7 @@ def render_table(state: SummaryState, view: str = "cumulative", limit: int = 40)
             lines.append("devices (largest contribution to the loss first; % of captured "
                          "time; hidden = comm under compute):")
             lines += _device_table(state, limit)
+        lines += host_lines(state.host_metrics, limit)
         lines += [f"note: {n}" for n in state.notes]
         return "\n".join(lines) + "\n"
     rows = state.windows if view == "window" else state.phases

@@ -14,8 +14,11 @@ from prvstream.daemon.stream.batch import convert
 from prvstream.sinks.base import HOST_DTYPE, HostKind
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.host import host_metrics
+from prvstream.sinks.report import render_html
+from prvstream.sinks.summary.views import pct, render_table
 from tests.conftest import real_export_params
 from tests.sinks.test_efficiency import C, acts, report
+from tests.sinks.test_report import _dom, _text
 
 RT, MPI = int(HostKind.RUNTIME), int(HostKind.MPI)
 
@@ -130,3 +133,33 @@ def test_real_export_runtime_time_matches_sql_per_process(export: Path, tmp_path
     doe = sum(useful) / (sum(useful) + sum(expected.values()))
     assert hm.device_offload_efficiency == pytest.approx(doe, rel=1e-12)
     assert hm.parallel_efficiency == hm.device_offload_efficiency
+
+
+def test_text_view_and_html_report_show_the_host_metrics(tmp_path: Path) -> None:
+    model = EfficiencyModel("j", window_ns=1000)
+    _run(model, "r0", 1, 0, 100, [(0, 10, 0, RT), (50, 70, 0, MPI)], rank=0)
+    _run(model, "r1", 2, 0, 100, [(0, 30, 0, RT), (60, 70, 0, MPI)], rank=1)
+    state = model.state()
+    hm = state.host_metrics
+    assert hm is not None and hm.device_offload_efficiency is not None
+    text = render_table(state)
+    assert f"device offload eff.      {pct(hm.device_offload_efficiency)}" in text
+    assert f"MPI load balance       {pct(130 / 2 / 70)}" in text
+    assert "host PE" in render_table(state, "window")
+    html = render_html(state)
+    assert f'id="host-doe">{100 * hm.device_offload_efficiency:.1f}%<' in html
+    assert 'id="host-lb">92.9%<' in html  # 65 / 70
+    no_mpi = EfficiencyModel("j")
+    _run(no_mpi, "a", 1, 0, 100, [(10, 20, 0, RT)])
+    assert 'id="host-mpi-pe">n/a<' in render_html(no_mpi.state())
+    assert "MPI parallel efficiency     n/a" in render_table(no_mpi.state())
+
+
+def test_chromium_shows_the_host_metrics(tmp_path: Path) -> None:
+    model = EfficiencyModel("j")
+    _run(model, "a", 1, 0, 100, [(10, 20, 0, RT)])
+    page = tmp_path / "report.html"
+    page.write_text(render_html(model.state()), encoding="utf-8")
+    dom = _dom(page, tmp_path)
+    assert _text(dom, "host-doe") == "90.0%" and _text(dom, "host-pe") == "90.0%"
+    assert _text(dom, "host-lb") == "n/a"

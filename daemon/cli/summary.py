@@ -217,6 +217,7 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
         sys.stderr.write(f"prvstream: waiting for {path} to appear (is the daemon watching "
                          f"this job?); Ctrl-C to stop\n")
         sys.stderr.flush()
+    warned = ""
     try:
         while True:
             if not follower.path.is_file() and Path(args.target).is_dir():
@@ -234,6 +235,11 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
                 else:
                     stream.write(render_table(follower.state, view) + "\n")
                 stream.flush()
+                warning = missing_ranks_warning(follower.path)
+                if warning != warned:  # once per change, not once per update
+                    warned = warning
+                    sys.stderr.write(warning)
+                    sys.stderr.flush()
                 if args.prom_file:
                     write_prom_file(args.prom_file, follower.state)
             time.sleep(interval)

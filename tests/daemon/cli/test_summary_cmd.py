@@ -226,3 +226,35 @@ def test_convert_writes_a_bounded_state_and_the_full_history(
     text = capsys.readouterr().out
     assert "per phase name, all instances" in text and total.name in text
     assert "the latest 5 per name are kept" in text
+
+
+def test_follow_warns_once_per_change_while_ranks_are_missing(tmp_path: Path) -> None:
+    """The warning follows ``status.json``'s ``missing_ranks`` beside the growing summary."""
+    out = tmp_path / "job" / "prvstream"
+    out.mkdir(parents=True)
+    status = out / "status.json"
+    argv = [sys.executable, "-m", "prvstream.daemon", "summary", str(out.parent), "--follow",
+            "--json", "--interval", "0.05", "--log-level", "error"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        with open(out / "summary.jsonl", "ab") as fh:
+            for n, (recs, missing) in enumerate(zip(_updates(), ([1, 2], [2], []),
+                                                    strict=True), start=1):
+                status.write_text(json.dumps({"expected_ranks": 3, "missing_ranks": missing}))
+                fh.write(b"".join(encode_record(r) for r in recs))
+                fh.flush()
+                _next_line(lines, f'"reports":{n},')
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        _reap(proc)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert [ln for ln in err.splitlines() if "ranks missing" in ln] == [
+        "warning: 2 of 3 expected ranks missing (no report yet): 1, 2",
+        "warning: 1 of 3 expected ranks missing (no report yet): 2",
+    ]

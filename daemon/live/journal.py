@@ -80,6 +80,8 @@ class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kept: str = ""
     #: its processes with GPU work and their ranks when known (``pipeline.ranked_tasks``)
     ranks: list[RankedTask] = msgspec.field(default_factory=list)
+    #: rows dropped or clamped as hostile, by ``"<kind> <what>"`` (``kinds.bounds``)
+    hostile: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class Duplicate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

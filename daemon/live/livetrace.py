@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.checkpoint import commit_with_checkpoint, restore_checkpoint
 from prvstream.daemon.live.inputs import InputChanged, ReportIdentity, fingerprint, stat_input
 from prvstream.daemon.live.journal import (
@@ -152,6 +153,8 @@ class LiveTrace:
         #: the last block written and its threads' last times (for the journal entry)
         self._last_block: tuple[int, int] = (0, 0)
         self._block_threads: dict[tuple[int, int], int] = {}
+        #: the hostile rows of the report last written (``kinds.bounds``)
+        self._block_hostile: dict[str, int] = {}
         for entry in state.reports:
             for tt in entry.thread_last:
                 key = (tt.task, tt.thread)
@@ -377,7 +380,8 @@ class LiveTrace:
             self._publish_summary()
             kept = keep(path, self.out.path, fp, state.root or None)
             self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
-                                kept, ranked_tasks(rep, self.settings.rank_pattern))
+                                kept, ranked_tasks(rep, self.settings.rank_pattern),
+                                hostile=self._block_hostile)
             self._remember_prv()
             self._commit()
         finally:
@@ -431,7 +435,8 @@ class LiveTrace:
 
     def _record_report(self, path: Path, wall_start: int, wall_end: int,
                        identity: ReportIdentity, records: int, fp: str, kept: str,
-                       ranks: list[RankedTask] | None = None) -> None:
+                       ranks: list[RankedTask] | None = None, *,
+                       hostile: dict[str, int] | None = None) -> None:
         state = self.journal.state
         start, end = self._last_block
         entry = ReportEntry(
@@ -440,7 +445,7 @@ class LiveTrace:
             thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
                          for k, t in sorted(self._block_threads.items())],
             wall_start_ns=wall_start, wall_end_ns=wall_end, fingerprint=fp,
-            kept=kept, ranks=ranks or [],
+            kept=kept, ranks=ranks or [], hostile=dict(hostile or {}),
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
@@ -469,6 +474,7 @@ class LiveTrace:
                 ctx, info = report_context(rep, self.numbering, state.origin_wall_ns,
                                            len(state.reports), self.settings.phase_pattern,
                                            self.settings.rank_pattern)
+                self._block_hostile = {}
                 for batch, _ in report_stream(rep, ctx, info, self.settings.chunk_rows,
                                               spool, rows):
                     if self.abort.is_set():
@@ -479,6 +485,9 @@ class LiveTrace:
                     self._check_order(spans, checked)
                     writer.write(batch)
                     track_thread_last(batch.keys, block_threads, spans)
+                hostile: dict[str, dict[str, int]] = {}
+                note_hostile(hostile, rep.path.name, ctx.hostile)
+                self._block_hostile = hostile.get(rep.path.name, {})
                 fh.flush()
                 os.fsync(fh.fileno())
                 length = fh.tell()
@@ -609,6 +618,7 @@ class LiveTrace:
         """Rewrite the live trace keeping every published id; the origin may move earlier."""
         before = sum(r.records for r in self.journal.state.reports)
         result = self._rewrite(self.numbering, origin, extra, spool)
+        self._block_hostile = result.hostile.get(extra.path.name, {}) if extra else {}
         self._publish_metadata()
         # the rewrite wrote every committed report again: this report's own are the rest
         return result.rows, result.records - before

@@ -80,6 +80,9 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: (``rank_pattern``), else the free numbers in (host, pid) order
     expected_ranks: int | None = None
     missing_ranks: list[int] = msgspec.field(default_factory=list)
+    #: rows dropped or clamped as hostile (outside the session, end before start, no end
+    #: column), by report then ``"<kind> <what>"``; reports with none are absent
+    hostile: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -440,7 +443,8 @@ class Job:
             records_per_s=float(flow["records_per_s"]),
             duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],
             origin_ns=state.origin_wall_ns or 0, expected_ranks=expected,
-            missing_ranks=missing)
+            missing_ranks=missing,
+            hostile={r.name: r.hostile for r in state.reports if r.hostile})
         try:
             trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
         except OSError as exc:

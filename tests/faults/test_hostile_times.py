@@ -4,16 +4,20 @@ dropped or clamped row counted in the convert summary and the job's ``status.jso
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.daemon.daemon_proc import DaemonProcess, job_status, place_atomically
+from tests.faults.helpers import live_trace, wait_reports
 from tests.prv_check import validate
 
 I64_MAX, I64_MIN = 2**63 - 1, -(2**63)
@@ -125,3 +129,27 @@ def test_random_hostile_times_bounded_memory_and_a_valid_trace(
     status, stdout = _check(export, work / "out")
     if status == 0 and any(c[1] == "end<start" for c in changes):
         assert "clamped" in stdout or "dropped" in stdout
+
+
+def test_a_daemon_counts_hostile_rows_in_status_json(
+        tmp_path: Path, synth_sources: list[Path],
+        start_daemon: Callable[..., DaemonProcess]) -> None:
+    job = tmp_path / "root" / "job"
+    job.mkdir(parents=True)
+    daemon = start_daemon(job.parent)
+    hostile = _hostile(synth_sources[0], tmp_path / "h.sqlite",
+                       f"UPDATE {KERNEL} SET end = {I64_MAX} WHERE rowid = "
+                       f"(SELECT MIN(rowid) FROM {KERNEL})",
+                       f"UPDATE {KERNEL} SET start = {2**62} WHERE rowid % 7 = 3")
+    n62 = sqlite3.connect(hostile).execute(
+        f"SELECT COUNT(*) FROM {KERNEL} WHERE start = {2**62}").fetchone()[0]
+    place_atomically(hostile, job / "hostile.sqlite")
+    place_atomically(synth_sources[1], job / "clean.sqlite")
+    wait_reports(daemon, job, 2)
+    status = job_status(job)
+    assert status["state"] == "ok", status
+    assert list(status["hostile"]) == ["hostile.sqlite"], json.dumps(status)
+    assert status["hostile"]["hostile.sqlite"]["kernel dropped"] == n62 + 1
+    validate(live_trace(job))
+    assert daemon.alive
+    assert daemon.terminate() == 0

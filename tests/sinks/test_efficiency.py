@@ -496,3 +496,25 @@ def test_phase_instances_merge_across_reports_in_the_compact_table() -> None:
         assert len(first[key].devices) == 1 and len(rec.devices) == 2
         assert rec.devices[0] == first[key].devices[0]  # rank 0's time is kept as it was
         assert rec.devices[1].useful_ns > 0
+
+
+def test_windows_are_capped_whatever_the_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel to 2^62 (and a gap as long) costs at most 2 * MAX_WINDOWS + 1 windows: time
+    beyond the cap folds into the edge window, and the windows still add up to the totals."""
+    from prvstream.sinks.efficiency import model as model_module
+    from prvstream.sinks.efficiency.parts import N_MEASURES
+
+    monkeypatch.setattr(model_module, "MAX_WINDOWS", 64)
+    span = 2**62
+    info = report("r0", "h", 1, 0, [0, 1], 0, span)
+    model = EfficiencyModel("j", window_ns=10_000_000_000, gap_threshold_ns=5)
+    feed_report(model, info, acts([(0, span, 0, 0, C), (0, 10, 1, 0, C)]))
+    windows = list(model.iter_updates())
+    assert len(model._window_slots) <= 2 * 64 + 1
+    assert 1 < len([r for r in windows if r.view == "window"]) <= 2 * 64 + 1
+    state = model.state()
+    d0, d1 = dev(state, "h", 0), dev(state, "h", 1)
+    assert d0.useful_ns == span and (d1.gaps, d1.gap_ns) == (1, span - 10)
+    for d in model._devices:
+        rows = d.windows[:len(model._window_slots)]
+        assert (rows.sum(axis=0)[:N_MEASURES] == d.totals[:N_MEASURES]).all()

@@ -19,13 +19,14 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.kept import keep
 from prvstream.daemon.live.livetrace import AppendInterrupted, AppendResult, LiveTrace
@@ -250,8 +251,9 @@ class RemoteAppender:
             spool.replay(trace.model)
             trace._publish_summary()
             kept = keep(path, trace.out.path, fp, state.root or None)
+            note_hostile({}, path.name, Counter(done.hostile))
             trace._record_report(path, done.wall_start, done.wall_end, identity, done.records,
-                                 fp, kept)
+                                 fp, kept, hostile=done.hostile)
             trace._remember_prv()
             trace._commit()  # model checkpoint, then the journal
         except BaseException:

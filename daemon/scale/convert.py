@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.scale.runs import RunInfo, remove_run, split_times
 from prvstream.daemon.scale.tasks import (
     ConvertDone,
@@ -108,8 +110,9 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
                             progress=progress, planned=planned)
         if any(d.numbering_grew for d in done):
             raise NumberingDiverged
-        for d in done:
+        for f, d in zip(ordered, done, strict=True):
             result.rows.update(d.rows)
+            note_hostile(result.hostile, Path(f.path).name, Counter(d.hostile))
             if thread_last is not None:
                 for obj, t in d.thread_last.items():
                     thread_last[obj] = max(thread_last.get(obj, -1), t)

@@ -92,6 +92,8 @@ class ConvertDone:
     numbering_grew: bool
     spool: tuple[str, ReportInfo] | None = None
     thread_last: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: rows dropped or clamped as hostile, by ``"<kind> <what>"`` (``kinds.bounds``)
+    hostile: dict[str, int] = field(default_factory=dict)
 
 
 def _key(path: str, kinds: list[str]) -> tuple[str, tuple[str, ...]]:
@@ -160,7 +162,8 @@ def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
         rep.close()
     grew = msgspec.json.encode(numbering.state) != numbering_state
     return ConvertDone(run=run, rows=rows, numbering_grew=grew,
-                       spool=spool.detach() if spool is not None else None, thread_last=last)
+                       spool=spool.detach() if spool is not None else None, thread_last=last,
+                       hostile=dict(ctx.hostile))
 
 
 def merge_range_task(runs: list[tuple[str, int]], lo: int | None, hi: int | None,
@@ -199,6 +202,8 @@ class BlockDone:
     spool: tuple[str, ReportInfo]
     wall_start: int
     wall_end: int
+    #: rows dropped or clamped as hostile, by ``"<kind> <what>"`` (``kinds.bounds``)
+    hostile: dict[str, int] = field(default_factory=dict)
 
 
 def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
@@ -235,4 +240,5 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
         rep.close()
     return BlockDone(block=task.block, records=records, size=size, end_time=end_time,
                      rows=rows, spans=spans, numbering_after=msgspec.json.encode(numbering.state),
-                     spool=spool.detach(), wall_start=rep.wall_start, wall_end=rep.wall_end)
+                     spool=spool.detach(), wall_start=rep.wall_start, wall_end=rep.wall_end,
+                     hostile=dict(ctx.hostile))

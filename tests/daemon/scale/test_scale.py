@@ -307,3 +307,30 @@ def test_watch_once_with_dask_flag(tmp_path: Path) -> None:
     for ext in (".prv", ".pcf", ".row"):
         assert (job / "prvstream" / f"job{ext}").read_bytes() == \
             (tmp_path / f"batch{ext}").read_bytes(), ext
+
+
+def test_hostile_rows_are_counted_on_dask_too(tmp_path: Path) -> None:
+    """Rows dropped on a worker reach the convert summary and the job's status.json."""
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    import json
+    import sqlite3
+
+    from tests.daemon.daemon_proc import run_cli
+
+    job = tmp_path / "root" / "job"
+    sources = write_job(job, SynthSpec(ranks=2, steps=1))
+    con = sqlite3.connect(sources[0])
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = 9223372036854775807 WHERE rowid = "
+                "(SELECT MIN(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.commit()
+    con.close()
+    done = run_cli("convert", str(job), "-o", str(tmp_path / "t"), "--dask", "inproc:2",
+                   "--no-progress", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"{sources[0].name}: 1 kernel dropped" in done.stdout
+    (job / "prvstream.done").touch()
+    done = run_cli("watch", str(job.parent), "--once", "--settle", "0", "--state",
+                   str(tmp_path / "state"), "--dask", "inproc:2", "--log-json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    status = json.loads((job / "prvstream" / "status.json").read_text())
+    assert status["hostile"] == {sources[0].name: {"kernel dropped": 1}}

@@ -20,6 +20,7 @@ from prvstream.sinks.logger import get_logger
 __all__ = [
     "AUTO_NSYS",
     "DONE_MARKER",
+    "EXPECT_MARKER",
     "OUTPUT_DIRNAME",
     "Candidate",
     "DiscoveryScope",
@@ -32,8 +33,11 @@ log = get_logger(__name__)
 OUTPUT_DIRNAME = "prvstream"
 #: touched in a job directory (e.g. by a Slurm epilog) when the job has ended: finalize it
 DONE_MARKER = "prvstream.done"
+#: a job directory's expected rank count (one number); written or changed: status.json again
+EXPECT_MARKER = "prvstream.expect"
 _IGNORED_SUFFIXES = (".tmp", "-journal", "-wal", "-shm")
-CandidateKind = Literal["sqlite", "nsys-rep", "done"]
+CandidateKind = Literal["sqlite", "nsys-rep", "done", "expect"]
+_MARKERS: dict[str, CandidateKind] = {DONE_MARKER: "done", EXPECT_MARKER: "expect"}
 _EXPORT_SUFFIXES: dict[str, CandidateKind] = {".sqlite": "sqlite", ".nsys-rep": "nsys-rep"}
 #: ``nsys`` argument default: look it up on PATH
 AUTO_NSYS = "auto"
@@ -119,7 +123,7 @@ class DiscoveryScope:
         """The candidate ``path`` stands for, or ``None`` when it is not an input."""
         path = os.path.abspath(path)
         name = os.path.basename(path)
-        kind: CandidateKind | None = "done" if name == DONE_MARKER else _EXPORT_SUFFIXES.get(
+        kind: CandidateKind | None = _MARKERS.get(name) or _EXPORT_SUFFIXES.get(
             os.path.splitext(name)[1])
         if kind is None or self.ignored_name(name):
             return None
@@ -192,7 +196,7 @@ class DiscoveryScope:
                                 stack.append(entry.path)
                             continue
                         if ((os.path.splitext(entry.name)[1] in _EXPORT_SUFFIXES
-                             or entry.name == DONE_MARKER)
+                             or entry.name in _MARKERS)
                                 and not self.ignored_name(entry.name)):
                             yield entry.path, entry.stat(follow_symlinks=True)
                     except OSError:

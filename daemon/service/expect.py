@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.journal import ReportEntry
+from prvstream.daemon.nsys.locate import EXPECT_MARKER
 from prvstream.daemon.stream.ranks import RankedTask, assign_ranks, missing_ranks, rank_from_name
 from prvstream.sinks.logger import get_logger
 
@@ -17,7 +18,7 @@ __all__ = ["EXPECT_FILE", "expected_ranks", "rank_status"]
 log = get_logger(__name__)
 
 #: a file in the job directory holding the job's rank count (wins over ``expect_ranks``)
-EXPECT_FILE = "prvstream.expect"
+EXPECT_FILE = EXPECT_MARKER
 
 
 def expected_ranks(job_dir: Path, settings: Settings) -> int:

@@ -43,7 +43,7 @@ from prvstream.sinks.logger import get_logger
 if TYPE_CHECKING:
     from prvstream.daemon.live.remote import RemoteAppender
 
-__all__ = ["Append", "Finalize", "Job", "JobStatus", "SetAside", "Shared"]
+__all__ = ["Append", "Finalize", "Job", "JobStatus", "Refresh", "SetAside", "Shared"]
 
 log = get_logger(__name__)
 
@@ -102,7 +102,12 @@ class Finalize:
     why: str
 
 
-Item = Append | SetAside | Finalize
+@dataclass(frozen=True)
+class Refresh:
+    """Write ``status.json`` again (the job's ``prvstream.expect`` changed)."""
+
+
+Item = Append | SetAside | Finalize | Refresh
 
 
 @dataclass
@@ -162,6 +167,12 @@ class Job:
     def idle(self) -> bool:
         return not self.waiting and not self.backlog
 
+    def expect_changed(self) -> None:
+        """The job's expected rank count may have changed: rewrite its status (an unopened
+        job writes it when its first report opens it)."""
+        if self.trace is not None and not any(isinstance(i, Refresh) for i in self.backlog):
+            self.submit(Refresh())
+
     def submit(self, item: Item) -> None:
         self.backlog.append(item)
         if isinstance(item, Append):
@@ -193,7 +204,7 @@ class Job:
                     await self._sleep_until_retry()
                     continue
                 done = self.backlog.popleft()
-                if not isinstance(done, Finalize):  # a failed finalize waits for a change
+                if not isinstance(done, Finalize | Refresh):  # a failed finalize waits for a change
                     self.last_change = time.monotonic()
                 self.shared.changed()
         finally:
@@ -283,6 +294,8 @@ class Job:
                 await self._append(item)
             elif isinstance(item, SetAside):
                 await anyio.to_thread.run_sync(self._set_aside, item.path, item.reason, None)
+            elif isinstance(item, Refresh):
+                await anyio.to_thread.run_sync(self._write_status)
             else:
                 await self._finalize(item.why)
                 self.finalize_queued = ""
@@ -314,6 +327,9 @@ class Job:
         return True
 
     async def _input_fault(self, item: Item, exc: Exception, reason: str) -> bool:
+        if isinstance(item, Refresh):  # best effort: the next step writes the status again
+            log.warning("status_refresh_failed", job=str(self.job_dir), error=reason)
+            return True
         if isinstance(item, Finalize):
             self.finalize_failed_at = self.last_change
             self.finalize_queued = ""

@@ -111,6 +111,9 @@ class Service:
         if self.stopping:
             return
         job = self._job(cand)
+        if cand.kind == "expect":
+            job.expect_changed()
+            return
         if cand.kind == "done":
             if not job.done_marker:
                 log.info("job_end_marker", job=str(job.job_dir))

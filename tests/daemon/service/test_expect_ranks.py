@@ -11,7 +11,16 @@ import pytest
 
 from prvstream.daemon.stream.ranks import rank_from_name
 from prvstream.daemon.synthetic.synth import SynthSpec, write_export
-from tests.daemon.daemon_proc import DaemonProcess, job_status, place_atomically, run_cli
+from tests.daemon.daemon_proc import (
+    DaemonProcess,
+    job_status,
+    place_atomically,
+    run_cli,
+    wait_for,
+)
+
+#: generous bound for one report or a status rewrite (settle + conversion on a busy machine)
+LAND = 30.0
 
 
 def _once(start_daemon: Callable[..., DaemonProcess], job: Path, *extra: str
@@ -56,6 +65,25 @@ def test_expect_file_wins_over_the_flag_and_no_expectation_is_null(
     assert json.loads(shown.stdout)  # stdout stays JSON; the warning goes to stderr
     assert ("warning: 10 of 12 expected ranks missing (no report yet): "
             "2, 3, 4, 5, 6, 7, 8, 9, ...") in shown.stderr
+
+
+def test_a_running_daemon_rereads_the_expect_file_when_it_changes(
+        job: Path, tmp_path: Path, synth_sources: list[Path],
+        start_daemon: Callable[..., DaemonProcess]) -> None:
+    daemon = start_daemon(job.parent)
+    for src in synth_sources[:2]:
+        place_atomically(src, job / src.name)
+    wait_for(lambda: job_status(job).get("reports") == 2, LAND, "2 reports", daemon)
+    assert job_status(job)["expected_ranks"] is None
+    staged = tmp_path / "expect"
+    for count, missing in ((4, [2, 3]), (3, [2])):
+        staged.write_text(f"{count}\n")
+        place_atomically(staged, job / "prvstream.expect")
+        wait_for(lambda m=missing: job_status(job).get("missing_ranks") == m, LAND,
+                 f"missing_ranks {missing}", daemon)
+        assert job_status(job)["expected_ranks"] == count
+    assert job_status(job)["reports"] == 2
+    assert daemon.terminate() == 0
 
 
 @pytest.fixture(scope="module")

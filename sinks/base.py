@@ -146,8 +146,8 @@ class Sink(Protocol):
     ``begin_report`` comes first; then ``add_activity`` and ``add_phases`` are called in
     non-decreasing ``start`` order across both kinds (a phase starting at t arrives before any
     activity starting after t); ``end_report`` closes the report. Optional methods a sink may
-    have: ``add_tables(TableRows)`` (any order) and ``add_host(HOST_DTYPE rows)`` (host calls,
-    in non-decreasing start order per ``HostKind``, independent of the other batches).
+    have: ``add_tables(TableRows)`` (any order) and ``add_host(HOST_DTYPE rows)`` (host calls in
+    non-decreasing start order, each after every phase that starts at or before it).
     """
 
     def begin_report(self, info: ReportInfo) -> None: ...

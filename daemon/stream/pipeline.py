@@ -38,6 +38,7 @@ from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.ranks import RankedTask, rank_from_name
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
+    HOST_DTYPE,
     PHASE_DTYPE,
     DeviceInfo,
     ProcessInfo,
@@ -334,14 +335,14 @@ class ActivityRouter:
         self.sink = sink
         self._activity: list[np.ndarray] = []
         self._phases: list[np.ndarray] = []
+        self._host: list[np.ndarray] = []
 
     def add(self, activity: np.ndarray | None, phases: np.ndarray | None,
             tables: list[TableRows] | None = None, host: np.ndarray | None = None) -> None:
         if self.sink is None:
             return
-        add_host = getattr(self.sink, "add_host", None)
-        if add_host is not None and host is not None and len(host):  # own order per kind
-            add_host(host)
+        if host is not None and len(host) and hasattr(self.sink, "add_host"):
+            self._host.append(host)
         add_tables = getattr(self.sink, "add_tables", None) if tables else None
         if add_tables is not None and tables:  # sums: no order to keep
             for rows in tables:
@@ -372,6 +373,9 @@ class ActivityRouter:
         phases, self._phases = self._split(self._phases, PHASE_DTYPE, horizon)
         activity, self._activity = self._split(self._activity, ACTIVITY_DTYPE, horizon)
         feed_interleaved(self.sink, activity, phases)
+        host, self._host = self._split(self._host, HOST_DTYPE, horizon)
+        if len(host):  # after every phase that starts before the horizon, as add_host asks
+            self.sink.add_host(host)  # type: ignore[attr-defined]
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],

@@ -42,6 +42,8 @@ class HostProcess:
     totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
     #: window index -> totals row
     windows: dict[int, list[int]] = field(default_factory=dict)
+    #: phase instance id -> totals row (time inside the process's own occurrence)
+    instances: dict[int, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,6 +58,8 @@ class _Open:
     #: processes (indices) with calls, with MPI calls
     called: set[int] = field(default_factory=set)
     mpi: set[int] = field(default_factory=set)
+    #: per process index: phase occurrences that may still receive time (start, end, id)
+    phases: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 class HostTotals:
@@ -78,8 +82,14 @@ class HostTotals:
             procs.append(hp)
         self._open = _Open(procs, origin, origin + int(info.start_ns), origin + int(info.end_ns))
 
+    def phase(self, proc: int, start: int, end: int, instance: int) -> None:
+        """A phase occurrence of process ``proc`` (wall-clock times): its host time follows."""
+        if self._open is not None and end > start:
+            self._open.phases.setdefault(proc, []).append((start, end, instance))
+
     def add(self, batch: np.ndarray) -> None:
-        """HOST_DTYPE rows, in non-decreasing start order per kind (any order across kinds)."""
+        """HOST_DTYPE rows, in non-decreasing start order (across batches and kinds), each
+        after every phase that starts at or before it."""
         rep = self._open
         if rep is None:
             raise RuntimeError("begin_report must come before host batches")
@@ -106,6 +116,23 @@ class HostTotals:
                 rep.mpi.add(proc)
             if keep.any():
                 self._attribute(hp, kind, lo[keep], hi[keep])
+                self._phases(hp, kind, rep.phases.get(proc), lo[keep], hi[keep])
+        frontier = int(batch["start"].max()) + rep.origin
+        for lst in rep.phases.values():  # no later call starts before the frontier
+            lst[:] = [p for p in lst if p[1] > frontier]
+
+    @staticmethod
+    def _phases(hp: HostProcess, kind: int, recent: list[tuple[int, int, int]] | None,
+                lo: np.ndarray, hi: np.ndarray) -> None:
+        """Add the parts of pieces [lo, hi) inside each open phase occurrence."""
+        if not recent:
+            return
+        r = np.array(recent, np.int64)
+        inside = np.clip(np.minimum(hi[:, None], r[None, :, 1])
+                         - np.maximum(lo[:, None], r[None, :, 0]), 0, None).sum(axis=0)
+        for i, ns in zip(r[:, 2].tolist(), inside.tolist(), strict=True):
+            if ns:
+                hp.instances.setdefault(i, [0] * HOST_WIDTH)[kind] += ns
 
     def _attribute(self, hp: HostProcess, kind: int, lo: np.ndarray, hi: np.ndarray) -> None:
         """Add disjoint pieces [lo, hi) to the totals and the windows they fall in."""
@@ -147,11 +174,40 @@ class HostTotals:
                 continue
             v = hp.totals if window is None else hp.windows.get(window, [0] * HOST_WIDTH)
             rows.append((hp, t, v[HostKind.RUNTIME], v[HostKind.MPI]))
-        if not rows:
-            return None
-        mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, *_ in rows)
-        return host_metrics([(hp.host, hp.pid, hp.rank, t, rt, m) for hp, t, rt, m in rows],
-                            mpi=mpi)
+        return _rows_metrics(rows, start, end)
+
+    def phase_metrics(self, occurrences: Iterable[tuple[tuple[str, int], int, int, int]]
+                      ) -> HostMetrics | None:
+        """Host metrics over phase occurrences ((host, pid), start, end, instance id): each
+        process over its own occurrences (several of one process add up)."""
+        acc: dict[tuple[str, int], list[int]] = {}
+        lo, hi = 2**62, -(2**62)
+        for key, s, e, i in occurrences:
+            hp = self.processes.get(key)
+            if hp is None:
+                continue
+            t = covered(hp.spans, s, e)
+            if t <= 0:
+                continue
+            v = hp.instances.get(i, [0] * HOST_WIDTH)
+            row = acc.setdefault(key, [0, 0, 0])
+            row[0] += t
+            row[1] += v[HostKind.RUNTIME]
+            row[2] += v[HostKind.MPI]
+            lo, hi = min(lo, s), max(hi, e)
+        rows = [(self.processes[k], t, rt, m) for k, (t, rt, m) in sorted(acc.items())]
+        return _rows_metrics(rows, lo, hi)
+
+
+def _rows_metrics(rows: Sequence[tuple[HostProcess, int, int, int]], start: int,
+                  end: int) -> HostMetrics | None:
+    """host_metrics of (process, captured, runtime, MPI) rows; MPI ones where any process
+    has a report with MPI calls in [start, end)."""
+    if not rows:
+        return None
+    mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, *_ in rows)
+    return host_metrics([(hp.host, hp.pid, hp.rank, t, rt, m) for hp, t, rt, m in rows],
+                        mpi=mpi)
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -191,7 +247,7 @@ def host_metrics(rows: Iterable[tuple[str, int, int | None, int, int, int]], *,
 def restore_process(host: str, pid: int, rank: int | None, spans: Sequence[Sequence[int]],
                     mpi_spans: Sequence[Sequence[int]], totals: Sequence[int],
                     keys: Sequence[int], values: Sequence[int]) -> HostProcess:
-    """A process from its exported state (``partial.HostState``)."""
+    """A process from its exported state (``partial.HostState``; phase rows added after)."""
     return HostProcess(host, pid, rank, [(s[0], s[1]) for s in spans],
                        [(s[0], s[1]) for s in mpi_spans],
                        list(totals) or [0] * HOST_WIDTH,

@@ -236,6 +236,7 @@ class EfficiencyModel(RecordViews):
             i = self._occurrence(proc, names[row_name], start, end)
             rep.touched.append(i)
             rep.recent.setdefault(proc, []).append((start, end, i))
+            self._host.phase(row_proc, start, end, i)
 
     def add_tables(self, rows: TableRows) -> None:
         """Take one chunk's per-name aggregates for the top-N tables (any order)."""

@@ -95,6 +95,8 @@ class HostState(msgspec.Struct, kw_only=True):
     mpi_spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
     totals: list[int] = msgspec.field(default_factory=list)
     windows: Rows = msgspec.field(default_factory=Rows)
+    #: by phase name, then occurrence of the name in this process
+    instances: dict[str, Rows] = msgspec.field(default_factory=dict)
 
 
 class EfficiencyState(msgspec.Struct, kw_only=True):
@@ -183,15 +185,22 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         nccl_as=m.nccl_as, reports=m._reports, last=m._last_key, span=m._span, devices=devices,
         processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
         notes=dict(sorted(m._notes.items())), tables=m._tables.export(),
-        hosts=[_host_state(hp) for _, hp in sorted(m._host.processes.items())])
+        hosts=[_host_state(m, hp) for _, hp in sorted(m._host.processes.items())])
 
 
-def _host_state(hp: HostProcess) -> HostState:
-    keys = sorted(k for k, v in hp.windows.items() if any(v))
+def _rows(table: dict[int, list[int]]) -> Rows:
+    keys = sorted(k for k, v in table.items() if any(v))
+    return Rows(keys, [x for k in keys for x in table[k]])
+
+
+def _host_state(m: EfficiencyModel, hp: HostProcess) -> HostState:
+    by_name: dict[str, dict[int, list[int]]] = {}
+    for i, row in hp.instances.items():
+        by_name.setdefault(m._names[int(m._i_name[i])].name, {})[int(m._i_occ[i])] = row
     return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
-                     mpi_spans=sorted(hp.mpi_spans),
-                     totals=list(hp.totals),
-                     windows=Rows(keys, [x for k in keys for x in hp.windows[k]]))
+                     mpi_spans=sorted(hp.mpi_spans), totals=list(hp.totals),
+                     windows=_rows(hp.windows),
+                     instances={n: _rows(t) for n, t in sorted(by_name.items())})
 
 
 def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
@@ -228,9 +237,13 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
     for h in state.hosts:
-        m._host.processes[(h.host, h.pid)] = restore_process(
+        hp = m._host.processes[(h.host, h.pid)] = restore_process(
             h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.totals, h.windows.keys,
             h.windows.values)
+        for name, rows in h.instances.items():
+            ids = m._names[m._name_ids[name]].instances
+            for j, occ in enumerate(rows.keys):
+                hp.instances[int(ids[occ])] = rows.values[j * HOST_WIDTH:(j + 1) * HOST_WIDTH]
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
@@ -331,30 +344,39 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         reports=a.reports + b.reports, last=max(lasts) if lasts else None,
         span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
         devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes),
-        tables=merge_tables(a.tables, b.tables), hosts=_merge_hosts(a.hosts, b.hosts))
+        tables=merge_tables(a.tables, b.tables),
+        hosts=_merge_hosts([(0, h) for h in a.hosts] + [(1, h) for h in b.hosts], maps))
 
 
-def _merge_hosts(a: list[HostState], b: list[HostState]) -> list[HostState]:
-    """Host processes of disjoint sets of reports: spans join, times add."""
-    by: dict[tuple[str, int], list[HostState]] = {}
-    for h in (*a, *b):
-        by.setdefault((h.host, h.pid), []).append(h)
+def _add_rows(into: dict[int, list[int]], rows: Rows, remap: np.ndarray | None = None) -> None:
+    for i, k in enumerate(rows.keys):
+        key = int(remap[k]) if remap is not None else k
+        into[key] = _sum(into.get(key, []), rows.values[i * HOST_WIDTH:(i + 1) * HOST_WIDTH])
+
+
+def _merge_hosts(sides: list[tuple[int, HostState]],
+                 maps: tuple[dict[tuple[str, int, str], np.ndarray], ...]) -> list[HostState]:
+    """Host processes of disjoint sets of reports: spans join, times add, phase occurrences
+    renumbered as the processes' phases are (``maps``)."""
+    by: dict[tuple[str, int], list[tuple[int, HostState]]] = {}
+    for side, h in sides:
+        by.setdefault((h.host, h.pid), []).append((side, h))
     out = []
     for (host, pid), parts in sorted(by.items()):
-        ranks = [h.rank for h in parts if h.rank is not None]
+        ranks = [h.rank for _, h in parts if h.rank is not None]
         windows: dict[int, list[int]] = {}
+        instances: dict[str, dict[int, list[int]]] = {}
         totals: list[int] = []
-        for h in parts:
+        for side, h in parts:
             totals = _sum(totals, h.totals)
-            for i, k in enumerate(h.windows.keys):
-                row = h.windows.values[i * HOST_WIDTH:(i + 1) * HOST_WIDTH]
-                windows[k] = _sum(windows.get(k, []), row)
-        keys = sorted(windows)
+            _add_rows(windows, h.windows)
+            for name, rows in h.instances.items():
+                _add_rows(instances.setdefault(name, {}), rows, maps[side].get((host, pid, name)))
         out.append(HostState(host=host, pid=pid, rank=min(ranks) if ranks else None,
-                             spans=sorted(s for h in parts for s in h.spans),
-                             mpi_spans=sorted(s for h in parts for s in h.mpi_spans),
-                             totals=totals,
-                             windows=Rows(keys, [x for k in keys for x in windows[k]])))
+                             spans=sorted(s for _, h in parts for s in h.spans),
+                             mpi_spans=sorted(s for _, h in parts for s in h.mpi_spans),
+                             totals=totals, windows=_rows(windows),
+                             instances={n: _rows(t) for n, t in sorted(instances.items())}))
     return out
 
 

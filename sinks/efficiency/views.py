@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class RecordViews:
     _i_occ: np.ndarray
     _i_start: np.ndarray
     _i_end: np.ndarray
+    _occ_spans: dict[tuple[tuple[str, int], str], array[int]]
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
@@ -156,13 +158,36 @@ class RecordViews:
     def _phase(self, i: int) -> SummaryRecord:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
         nm = self._names[int(self._i_name[i])]
-        return self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
-                            self._present(procs), lambda d: d.instances, row=i, name=nm.name,
-                            index=int(self._i_occ[i]))
+        record = self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
+                              self._present(procs), lambda d: d.instances, row=i, name=nm.name,
+                              index=int(self._i_occ[i]))
+        occ = int(self._i_occ[i])
+        record.host_metrics = self._host.phase_metrics(
+            self._occurrences(procs, nm.name, lambda spans: [(occ, i)]))
+        return record
+
+    def _occurrences(self, procs: Iterable[int], name: str,
+                     pick: Callable[[Sequence[int]], Iterable[tuple[int, int]]],
+                     ) -> Iterator[tuple[tuple[str, int], int, int, int]]:
+        """((host, pid), start, end, instance id) of each process's occurrences ``pick`` names
+        as (occurrence, instance id), given the process's flattened occurrence spans."""
+        for p in procs:
+            proc = self._processes[p]
+            spans = self._occ_spans.get((proc, name))
+            if spans is None:
+                continue
+            for occ, inst in pick(spans):
+                if 2 * occ + 1 < len(spans):
+                    yield proc, spans[2 * occ], spans[2 * occ + 1], inst
 
     def _phase_total(self, nid: int) -> SummaryRecord:
         nm = self._names[nid]
-        return self._record("phase_total", nm.start, nm.end, self._present(sorted(nm.processes)),
-                            lambda d: d.names, row=nid, name=nm.name, index=nm.count,
-                            span=nm.span)
+        record = self._record("phase_total", nm.start, nm.end,
+                              self._present(sorted(nm.processes)), lambda d: d.names, row=nid,
+                              name=nm.name, index=nm.count, span=nm.span)
+        ids = nm.instances.tolist()
+        record.host_metrics = self._host.phase_metrics(self._occurrences(
+            sorted(nm.processes), nm.name,
+            lambda spans: [(k, ids[k]) for k in range(len(spans) // 2) if k < len(ids)]))
+        return record
 

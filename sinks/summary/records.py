@@ -193,8 +193,7 @@ class SummaryRecord(msgspec.Struct, kw_only=True):
     nccl_as: str = "communication"
     #: top-N tables of the cumulative view (schema 3): "kernels", "nccl", "memcpy", "nvtx"
     tables: dict[str, list[TableRow]] = msgspec.field(default_factory=dict)
-    #: host metrics (schema 3): cumulative and window views; null for phases and where no
-    #: host process was captured
+    #: host metrics (schema 3), every view; null where no host process was captured
     host_metrics: HostMetrics | None = None
     #: what a reader should know about the reports themselves (cumulative view only), e.g.
     #: a clock that could not be used: notes about the data, not warnings about the run

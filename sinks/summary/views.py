@@ -102,7 +102,7 @@ def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
                     count: str = "#") -> list[str]:
     head = f"  {'phase':<16} {count:>5}" if phase else f"  {'window start (UTC)':<22}"
     lines = [f"{head} {'span':>10} {'PE':>7} {'LB':>7} {'CE':>7} {'OE':>7} {'devices':>7}"
-             + ("" if phase else f" {'host PE':>7} {'DOE':>7}")]
+             f" {'host PE':>7} {'DOE':>7}"]
 
     for r in rows[-limit:]:
         if phase:
@@ -114,7 +114,7 @@ def _interval_table(rows: Sequence[SummaryRecord], phase: bool, limit: int,
         lines.append(f"{label} {secs(r.span_ns):>10} {pct(m.parallel_efficiency):>7} "
                      f"{pct(m.load_balance):>7} {pct(m.communication_efficiency):>7} "
                      f"{pct(m.orchestration_efficiency):>7} {len(r.devices):>7}"
-                     + ("" if phase else _host_cells(r.host_metrics)))
+                     + _host_cells(r.host_metrics))
     if len(rows) > limit:
         lines.insert(1, f"  ... {len(rows) - limit} earlier rows not shown")
     return lines

@@ -74,10 +74,9 @@ def _feed(model: EfficiencyModel, rep: Report) -> None:
     info, a, ph, host = rep
     model.begin_report(info)
     model.add_tables(_tables(info))
-    for kind in (0, 1):  # each host kind in start order, split in two batches
-        rows = host[host["kind"] == kind]
-        model.add_host(rows[:len(rows) // 2])
-        model.add_host(rows[len(rows) // 2:])
+    # host calls after the phases that start before them, in start order, in two batches
+    model.add_host(host[:len(host) // 2])
+    model.add_host(host[len(host) // 2:])
     feed_interleaved(model, a, ph, 4)
     model.end_report()
 
@@ -115,6 +114,9 @@ def test_merging_in_any_grouping_and_order_gives_the_single_pass_state(  # type:
         {(r[0].processes[0].host, r[0].processes[0].pid) for r in job})
     assert rebuilt.host_metrics == single.host_metrics
     assert [w.host_metrics for w in rebuilt.windows] == [w.host_metrics for w in single.windows]
+    assert [p.host_metrics for p in rebuilt.phases] == [p.host_metrics for p in single.phases]
+    assert [p.host_metrics for p in rebuilt.phase_totals] == \
+        [p.host_metrics for p in single.phase_totals]
     assert (rebuilt.reports, rebuilt.last_report) == (single.reports, single.last_report)
     assert [p.index for p in rebuilt.phase_totals] == [p.index for p in single.phase_totals]
     def busy(rows):  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ host process, device offload efficiency, MPI load balance and communication effi
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +12,13 @@ import pytest
 
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.stream.batch import convert
-from prvstream.sinks.base import HOST_DTYPE, HostKind
-from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.base import HOST_DTYPE, HostKind, feed_interleaved
+from prvstream.sinks.efficiency import EfficiencyModel, merge
 from prvstream.sinks.efficiency.host import host_metrics
 from prvstream.sinks.report import render_html
 from prvstream.sinks.summary.views import pct, render_table
-from tests.conftest import real_export_params
-from tests.sinks.test_efficiency import C, acts, report
+from tests.conftest import real_export_params, real_exports
+from tests.sinks.test_efficiency import C, acts, phases, report
 from tests.sinks.test_report import _dom, _text
 
 RT, MPI = int(HostKind.RUNTIME), int(HostKind.MPI)
@@ -32,9 +33,7 @@ def _run(model: EfficiencyModel, rid: str, pid: int, start: int, end: int,
          host_rows: list[tuple[int, int, int, int]], *, rank: int | None = None) -> None:
     model.begin_report(report(rid, "n0", pid, rank, [pid], start, end))
     model.add_activity(acts([(start, start + 1, 0, 0, C)]))
-    rows = calls(host_rows)
-    for kind in (RT, MPI):  # each kind in its own start order, as the pipeline streams them
-        model.add_host(rows[rows["kind"] == kind])
+    model.add_host(calls(sorted(host_rows)))  # in start order, as the pipeline feeds them
     model.end_report()
 
 
@@ -83,6 +82,27 @@ def test_calls_outside_the_report_are_clipped_and_slices_add_captured_time() -> 
     assert hm is not None
     (row,) = hm.hosts
     assert (row.captured_ns, row.runtime_ns) == (200, 20)  # the gap [200, 500) not captured
+
+
+def test_phases_count_each_process_inside_its_own_occurrence() -> None:
+    model = EfficiencyModel("j", window_ns=1000)
+    for pid, (a, b) in ((1, (10, 50)), (2, (20, 80))):
+        model.begin_report(report(f"r{pid}", "n0", pid, pid - 1, [pid], 0, 100,
+                                  phase_names=["step#0"]))
+        model.add_activity(acts([(0, 1, 0, 0, C)]))
+        model.add_phases(phases([(a, b, 0, 0)]))
+        # runtime [0, 30) and [40, 60): inside the phase [10, 30) + [40, 50) for pid 1 (30 of
+        # 40), [20, 30) + [40, 60) for pid 2 (30 of 60)
+        model.add_host(calls([(0, 30, 0, RT), (40, 60, 0, RT)]))
+        model.end_report()
+    state = model.state()
+    (inst,) = state.phases
+    hm = inst.host_metrics
+    assert hm is not None
+    assert [(r.captured_ns, r.runtime_ns) for r in hm.hosts] == [(40, 30), (60, 30)]
+    assert hm.device_offload_efficiency == pytest.approx(40 / 100)
+    (total,) = state.phase_totals
+    assert total.host_metrics == hm  # one instance: the total is that instance
 
 
 def test_degenerate_cases() -> None:
@@ -163,3 +183,54 @@ def test_chromium_shows_the_host_metrics(tmp_path: Path) -> None:
     dom = _dom(page, tmp_path)
     assert _text(dom, "host-doe") == "90.0%" and _text(dom, "host-pe") == "90.0%"
     assert _text(dom, "host-lb") == "n/a"
+
+
+def test_merging_slices_renumbers_the_host_phase_occurrences() -> None:
+    def run(slices: list[tuple[int, int]]) -> EfficiencyModel:
+        model = EfficiencyModel("j", window_ns=1000)
+        for k, start in slices:
+            model.begin_report(report(f"s{k}", "h", 1, 0, [0], start, start + 100,
+                                      phase_names=["step"]))
+            feed_interleaved(model, acts([(start, start + 1, 0, 0, C)]),
+                             phases([(start + 10, start + 50, 0, 0)]), 4)
+            model.add_host(calls([(start, start + 30 + k, 0, RT)]))
+            model.end_report()
+        return model
+
+    whole = run([(0, 0), (1, 200)])
+    merged = merge(run([(1, 200)]).partial(), run([(0, 0)]).partial())
+    assert merged.hosts == whole.partial().hosts
+    assert merged.hosts[0].instances["step"].values == [20, 0, 21, 0]
+    rebuilt = EfficiencyModel.from_partial(merged).state()
+    assert [p.host_metrics for p in rebuilt.phases] == [p.host_metrics
+                                                        for p in whole.state().phases]
+
+
+def test_real_export_phase_runtime_time_matches_sql() -> None:
+    export = next((p for p in real_exports() if "saxpy" in p.name), None)
+    if export is None:
+        pytest.skip("the saxpy export (NVTX 'saxpy' ranges) is not among the real exports")
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    ranges = con.execute(
+        "SELECT n.start, n.end FROM NVTX_EVENTS AS n LEFT JOIN StringIds AS s "
+        "ON s.id = n.textId WHERE COALESCE(n.text, s.value) = 'saxpy' ORDER BY n.start"
+    ).fetchall()
+    runtime = sorted(con.execute("SELECT start, max(end, start) FROM "
+                                 "CUPTI_ACTIVITY_KIND_RUNTIME").fetchall())
+    con.close()
+    merged: list[list[int]] = []
+    for start, end in runtime:  # one process: the union of its calls
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    inside = sum(max(0, min(e, b) - max(s, a)) for s, e in ranges for a, b in merged)
+    settings = load_settings(None, {"phase_pattern": "^saxpy$"}, environ={})
+    model = EfficiencyModel("real")
+    with tempfile.TemporaryDirectory() as out:
+        convert([str(export)], Path(out) / "t", settings, model=model)
+    (total,) = model.state().phase_totals
+    assert total.host_metrics is not None
+    (row,) = total.host_metrics.hosts
+    assert (row.captured_ns, row.runtime_ns) == (sum(e - s for s, e in ranges), inside)
+    assert len(ranges) == total.index == 5 and inside > 0

@@ -238,10 +238,12 @@ class KindSpec:
         sources = self.sources(schema)
         if not sources:
             return None
-        body = " UNION ALL ".join(self._select_one(schema, s) for s in sources)
+        body = " UNION ALL ".join(self.select_source(schema, s) for s in sources)
         return f"{body} ORDER BY start"
 
-    def _select_one(self, schema: Schema, src: KindSource) -> str:
+    def select_source(self, schema: Schema, src: KindSource) -> str:
+        """The SELECT of the kind's columns from one of its tables, unordered (``select_sql``
+        joins them and orders by start; ``nsys.tables`` scans one in storage order)."""
         t = src.table
         by_field: dict[str, str] = {}
         for col, fld in self.columns:

@@ -250,8 +250,7 @@ class LiveTrace:
         scratch = Numbering(_copy_numbering(state.numbering))
         for index, entry in enumerate(state.reports):
             try:
-                rep = prepare(self._committed_source(entry), self.settings.kinds or None,
-                              use_reader=self.settings.reader)
+                rep = self._prepare(self._committed_source(entry))
             except (PrvstreamError, OSError) as exc:
                 log.warning("summary_refeed_skipped", report=entry.path, error=str(exc))
                 continue
@@ -348,7 +347,7 @@ class LiveTrace:
         started = time.perf_counter()
         state = self.journal.state
         self._same_file(path, identity)
-        rep = prepare(path, self.settings.kinds or None, use_reader=self.settings.reader)
+        rep = self._prepare(path)
         try:  # SQLite opened it by name: is that name still the file that was checked?
             self._same_file(path, identity)
             fp = self._fingerprint(path, rep.wall_start, objects_of(rep))
@@ -413,6 +412,11 @@ class LiveTrace:
                 "is not appended twice (remove one of the two copies)", of=same.name)
         return fp
 
+    def _prepare(self, path: Path) -> PreparedReport:
+        """Open and plan one report with the settings' kinds and reading switches."""
+        return prepare(path, self.settings.kinds or None, use_reader=self.settings.reader,
+                       presort=self.settings.presort)
+
     def _committed_source(self, entry: ReportEntry) -> Path:
         """The file holding a committed report: its kept copy, else the original if it is
         still the same content (a different file at that path is a new report, never a
@@ -420,7 +424,7 @@ class LiveTrace:
         source = source_of(entry.path, entry.kept)
         if source != Path(entry.path) or not entry.fingerprint:
             return source
-        rep = prepare(source, self.settings.kinds or None, use_reader=self.settings.reader)
+        rep = self._prepare(source)
         try:
             found = fingerprint(source, rep.wall_start,
                                 ((h, p) for h, p, *_ in objects_of(rep)),
@@ -544,9 +548,7 @@ class LiveTrace:
         try:
             for entry in state.reports:
                 try:
-                    reports.append(prepare(self._committed_source(entry),
-                                           self.settings.kinds or None,
-                                           use_reader=self.settings.reader))
+                    reports.append(self._prepare(self._committed_source(entry)))
                     reports[-1].arrived_as = entry.name
                 except (PrvstreamError, OSError) as exc:
                     raise NotAnExport(

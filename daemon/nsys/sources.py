@@ -45,12 +45,13 @@ class ChunkSource(Protocol):
 class InProcessSource:
     """Every kind read by this process on the export's connection (``tables.stream``)."""
 
-    def __init__(self, export: Export, chunk_rows: int) -> None:
+    def __init__(self, export: Export, chunk_rows: int, *, presort: bool = True) -> None:
         self.export = export
         self.chunk_rows = chunk_rows
+        self.presort = presort
 
     def chunks(self, kind: str) -> Iterator[np.ndarray]:
-        return tables.stream(self.export, kind, self.chunk_rows)
+        return tables.stream(self.export, kind, self.chunk_rows, presort=self.presort)
 
     def close(self) -> None:
         """Nothing to free: the connection belongs to the report."""
@@ -61,16 +62,16 @@ class ReaderSource:
     that SQLite sorts there while this process works), the others in-process."""
 
     def __init__(self, export: Export, lease: ReaderLease, kinds: Iterable[str],
-                 chunk_rows: int) -> None:
+                 chunk_rows: int, *, presort: bool = True) -> None:
         self._lease: ReaderLease | None = lease
-        self._local = InProcessSource(export, chunk_rows)
+        self._local = InProcessSource(export, chunk_rows, presort=presort)
         self._started: dict[str, Iterator[np.ndarray]] = {}
         for kind in kinds:
             spec = registry.get(kind)
             sql = spec.select_sql(export)
             self._started[kind] = iter(()) if sql is None else lease.stream(
                 sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
-                tables.scan_plan(export, kind))
+                tables.scan_plan(export, kind) if presort else None)
 
     @property
     def kinds(self) -> list[str]:
@@ -90,21 +91,22 @@ class ReaderSource:
 
 
 def open_source(export: Export, kinds: list[str], chunk_rows: int,
-                rows: Mapping[str, int] | None = None, *, use_reader: bool = True
-                ) -> ChunkSource:
+                rows: Mapping[str, int] | None = None, *, use_reader: bool = True,
+                presort: bool = True) -> ChunkSource:
     """The chunk source for a report: the reader process for its costliest kinds when
     ``use_reader``, the reader is available and free and the report is large enough; else
-    in-process. ``rows``: rows per kind (a plan's counts), counted now when None."""
+    in-process. ``rows``: rows per kind (a plan's counts), counted now when None.
+    ``presort`` (``Settings.presort``): storage-order scans with a reorder buffer where safe."""
     if use_reader and reader.enabled():
         chosen = reader_kinds(kinds, _table_rows(export, kinds) if rows is None else rows)
         lease = reader.lease(export.path) if chosen else None
         if lease is not None:
             try:
-                return ReaderSource(export, lease, chosen, chunk_rows)
+                return ReaderSource(export, lease, chosen, chunk_rows, presort=presort)
             except BaseException:
                 lease.release()
                 raise
-    return InProcessSource(export, chunk_rows)
+    return InProcessSource(export, chunk_rows, presort=presort)
 
 
 def _weighed(kinds: Iterable[str]) -> set[str]:

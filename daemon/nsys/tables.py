@@ -5,15 +5,14 @@ A kind read from one table is scanned in storage (rowid) order and put into star
 bounded reorder buffer (``presort``) when the table's per-block start bounds
 (``storage_order``) allow it; otherwise, and for kinds of several tables, the stream is one
 ``SELECT ... ORDER BY start`` (SQLite sorts with bounded memory, spilling to temp files). Both
-give the same rows in the same order (ties in rowid order). ``PRVSTREAM_PRESORT=0`` turns the
-reorder buffer off, for comparisons. Each stream holds one chunk (or the reorder buffer) at a
-time. NULLs become -1.
+give the same rows in the same order (ties in rowid order). ``presort=False``
+(``Settings.presort``) turns the reorder buffer off, for comparisons. Each stream holds one
+chunk (or the reorder buffer) at a time. NULLs become -1.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import fetch_groups, quote_identifier
-from prvstream.daemon.nsys import presort
+from prvstream.daemon.nsys import presort as reorder_buffer
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
 from prvstream.daemon.nsys.storage_order import reorder_window
@@ -79,7 +78,7 @@ def scan_plan(export: Export, kind: str) -> tuple[str, str, str, str] | None:
     if len(sources) != 1:
         return None
     src = sources[0]
-    return (spec._select_one(export, src), quote_identifier(src.table),
+    return (spec.select_source(export, src), quote_identifier(src.table),
             quote_identifier(src.start), src.where)
 
 
@@ -94,8 +93,11 @@ def available_kinds(export: Export) -> list[str]:
     return [k for k in KINDS if k in present]
 
 
-def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.ndarray]:
+def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
+           presort: bool = True) -> Iterator[np.ndarray]:
     """Yield the kind's dtype arrays of at most ``chunk_rows`` rows in non-decreasing start.
+
+    ``presort`` False (``Settings.presort``) always lets SQLite sort.
 
     A kind with inline texts (NVTX ``text`` with a NULL ``textId``) gets them as negative ids
     that ``export.string()`` resolves. Raises ``NotAnExport`` if SQLite finds the file damaged.
@@ -108,13 +110,13 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
         return
     dtype, layout = spec.dtype, LAYOUTS[kind]
     window = 0
-    plan = scan_plan(export, kind)
-    if plan is not None and os.environ.get("PRVSTREAM_PRESORT", "1") != "0":
+    plan = scan_plan(export, kind) if presort else None
+    if plan is not None:
         try:
             window = reorder_window(export.connection, plan[1], plan[2], plan[3])
         except sqlite3.DatabaseError:
             window = 0  # the ordered query reports the damage
-        if 0 < window <= presort.MAX_WINDOW:
+        if 0 < window <= reorder_buffer.MAX_WINDOW:
             sql = plan[0]
         else:
             window = 0
@@ -125,7 +127,8 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536) -> Iterator[np.nd
                                           spec.inline_text)
     else:
         fill = lambda rows: rows_to_array(rows, dtype, layout)  # noqa: E731
-    yield from presort.reorder(chunks(export, sql, kind, chunk_rows, fill), window, chunk_rows)
+    yield from reorder_buffer.reorder(chunks(export, sql, kind, chunk_rows, fill), window,
+                                      chunk_rows)
 
 
 def chunks(export: Export, sql: str, what: str, chunk_rows: int,

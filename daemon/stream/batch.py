@@ -115,7 +115,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         try:
             rep = prepare(path, settings.kinds or None,  # one report: its reads start now
                           prefetch_rows=settings.chunk_rows if len(paths) == 1 else None,
-                          use_reader=settings.reader)
+                          use_reader=settings.reader, presort=settings.presort)
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
         else:

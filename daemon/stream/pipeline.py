@@ -93,6 +93,8 @@ class PreparedReport:
     source: ChunkSource | None = None
     #: whether the reader process may read it (``Settings.reader``)
     use_reader: bool = True
+    #: whether tables may be scanned in storage order with a reorder buffer (``Settings.presort``)
+    presort: bool = True
     #: the name the report arrived under when ``path`` is a kept copy ("" = ``path``'s)
     arrived_as: str = ""
 
@@ -111,7 +113,7 @@ class PreparedReport:
         self.export.reopen()
         if self.source is None:
             self.source = open_source(self.export, self.kinds, chunk_rows, self.plan.counts,
-                                      use_reader=self.use_reader)
+                                      use_reader=self.use_reader, presort=self.presort)
 
     def close(self) -> None:
         """Free the chunk source (the reader) and the connection; idempotent."""
@@ -124,12 +126,14 @@ class PreparedReport:
 
 
 def prepare(path: Path, wanted: list[str] | None = None,
-            prefetch_rows: int | None = None, *, use_reader: bool = True) -> PreparedReport:
+            prefetch_rows: int | None = None, *, use_reader: bool = True,
+            presort: bool = True) -> PreparedReport:
     """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert.
 
     With ``prefetch_rows``, the report's chunk source opens before planning: its costliest
     queries start in the reader process (when it is free), which sorts while this one plans.
-    ``use_reader`` False (``Settings.reader``) reads everything in this process.
+    ``use_reader`` False (``Settings.reader``) reads everything in this process; ``presort``
+    False (``Settings.presort``) lets SQLite sort every table.
     """
     export = open_export(path)
     source: ChunkSource | None = None
@@ -142,7 +146,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
                 "to convert it"
             )
         if prefetch_rows is not None:
-            source = open_source(export, kinds, prefetch_rows, use_reader=use_reader)
+            source = open_source(export, kinds, prefetch_rows, use_reader=use_reader,
+                                 presort=presort)
         meta = export.meta
         plan = export.plan()
         try:
@@ -162,7 +167,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
         path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
         wall_start=meta.session_start_ns + meta.wall_offset_ns,
         wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, source=source,
-        use_reader=use_reader,
+        use_reader=use_reader, presort=presort,
     )
 
 

@@ -27,10 +27,11 @@ def restore_switches() -> Iterator[None]:
                                          ("false", False), ("1", True), ("yes", True)])
 def test_switches_keep_their_environment_names(raw: str, on: bool) -> None:
     settings = load_settings(None, {}, environ={"PRVSTREAM_READER": raw,
-                                                "PRVSTREAM_PURE_PYTHON": raw})
-    assert (settings.reader, settings.pure_python) == (on, on)
-    assert load_settings(None, {}, environ={}).reader is True
-    assert load_settings(None, {}, environ={}).pure_python is False
+                                                "PRVSTREAM_PURE_PYTHON": raw,
+                                                "PRVSTREAM_PRESORT": raw})
+    assert (settings.reader, settings.pure_python, settings.presort) == (on, on, on)
+    default = load_settings(None, {}, environ={})
+    assert (default.reader, default.pure_python, default.presort) == (True, False, True)
 
 
 def test_pure_python_switches_the_formatter_filler_and_reader_off() -> None:

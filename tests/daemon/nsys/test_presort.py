@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.nsys import presort, sources
-from prvstream.daemon.nsys.export import open_export
+from prvstream.daemon.nsys import presort, sources, tables
+from prvstream.daemon.nsys.export import Export, open_export
 from prvstream.daemon.nsys.presort import reorder
 from prvstream.daemon.nsys.storage_order import block_bounds, reorder_window, window_of
 from prvstream.daemon.stream.batch import convert
@@ -81,7 +81,7 @@ def test_sorted_chunks_pass_through_uncopied() -> None:
 @pytest.mark.parametrize("max_window", [32768, 1])
 def test_conversion_bytes_do_not_depend_on_presort_or_the_reader(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_window: int) -> None:
-    """Storage order with a reorder buffer, SQLite's sort (PRVSTREAM_PRESORT=0, or a window
+    """Storage order with a reorder buffer, SQLite's sort (``presort = false``, or a window
     over the limit), in-process or in the reader: the same bytes."""
     job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=6, seed=3))
     with open_export(job[0]) as export:  # the synthetic model stores rows out of order
@@ -90,9 +90,30 @@ def test_conversion_bytes_do_not_depend_on_presort_or_the_reader(
     monkeypatch.setattr(presort, "MAX_WINDOW", max_window)
     outs = []
     for use_reader, use_presort in (("1", "1"), ("0", "1"), ("1", "0"), ("0", "0")):
-        settings = load_settings(None, {"reader": use_reader == "1"})
-        monkeypatch.setenv("PRVSTREAM_PRESORT", use_presort)
+        settings = load_settings(None, {"reader": use_reader == "1",
+                                        "presort": use_presort == "1"}, environ={})
         out = tmp_path / f"out{use_reader}{use_presort}"
         convert([str(p) for p in job], out, settings)
         outs.append(b"".join(out.with_suffix(s).read_bytes() for s in (".prv", ".pcf", ".row")))
     assert all(o == outs[0] for o in outs[1:])
+
+
+@pytest.mark.parametrize("use_reader", [True, False], ids=["reader", "in-process"])
+def test_the_presort_setting_reaches_every_chunk_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, use_reader: bool) -> None:
+    """``presort = false`` never plans a storage-order scan, in-process or in the reader."""
+    job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=2, seed=5))
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
+    planned: list[str] = []
+    real_plan = tables.scan_plan
+
+    def spy(export: Export, kind: str) -> tuple[str, str, str, str] | None:
+        planned.append(kind)
+        return real_plan(export, kind)
+
+    monkeypatch.setattr(tables, "scan_plan", spy)
+    for on in (False, True):
+        planned.clear()
+        settings = load_settings(None, {"reader": use_reader, "presort": on}, environ={})
+        convert([str(p) for p in job], tmp_path / f"out{on}", settings)
+        assert bool(planned) is on

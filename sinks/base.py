@@ -24,9 +24,11 @@ __all__ = [
     "ProcessInfo",
     "ReportInfo",
     "Sink",
+    "TableDetail",
     "TableRows",
     "Timestamp",
     "feed_interleaved",
+    "table_detail",
     "table_rows",
 ]
 
@@ -120,6 +122,43 @@ class TableRows:
     bytes: np.ndarray
 
 
+@dataclass(frozen=True)
+class TableDetail:
+    """One chunk's rows of a top-N table, unaggregated, for the tables per phase: row i is
+    named ``labels[inverse[i]]``, starts at ``start[i]`` (report time, as activity) in process
+    ``process[i]`` (index into ``ReportInfo.processes``), lasts ``duration[i]`` ns and moves
+    ``nbytes[i]`` bytes (0 where none)."""
+
+    table: str
+    labels: list[str]
+    inverse: np.ndarray
+    start: np.ndarray
+    process: np.ndarray
+    duration: np.ndarray
+    nbytes: np.ndarray
+
+    def take(self, sel: np.ndarray) -> TableDetail:
+        """The rows ``sel`` (a mask or indices)."""
+        return TableDetail(self.table, self.labels, self.inverse[sel], self.start[sel],
+                           self.process[sel], self.duration[sel], self.nbytes[sel])
+
+    def rows(self) -> TableRows:
+        """The rows aggregated per name."""
+        return table_rows(self.table, self.labels, self.inverse, self.duration, self.nbytes)
+
+
+def table_detail(table: str, labels: list[str], inverse: np.ndarray, start: np.ndarray,
+                 process: np.ndarray, duration: np.ndarray,
+                 nbytes: np.ndarray | None = None) -> TableDetail:
+    """A ``TableDetail`` (``nbytes`` zero when None)."""
+    n = len(inverse)
+    return TableDetail(table, labels, np.asarray(inverse, np.int64).ravel(),
+                       np.asarray(start, np.int64), np.asarray(process, np.int64),
+                       np.asarray(duration, np.int64),
+                       np.zeros(n, np.int64) if nbytes is None
+                       else np.asarray(nbytes, np.int64))
+
+
 def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.ndarray,
                nbytes: np.ndarray | None = None) -> TableRows:
     """Aggregate rows whose name is ``labels[inverse[i]]`` (labels with no row are dropped)."""
@@ -146,8 +185,10 @@ class Sink(Protocol):
     ``begin_report`` comes first; then ``add_activity`` and ``add_phases`` are called in
     non-decreasing ``start`` order across both kinds (a phase starting at t arrives before any
     activity starting after t); ``end_report`` closes the report. Optional methods a sink may
-    have: ``add_tables(TableRows)`` (any order) and ``add_host(HOST_DTYPE rows)`` (host calls in
-    non-decreasing start order, each after every phase that starts at or before it).
+    have: ``add_tables(TableRows)`` (any order), ``add_table_detail(TableDetail)`` (rows of
+    the tables per phase, each batch after every phase that starts at or before its rows) and
+    ``add_host(HOST_DTYPE rows)`` (host calls in non-decreasing start order, each after every
+    phase that starts at or before it).
     """
 
     def begin_report(self, info: ReportInfo) -> None: ...

@@ -233,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(kernels, NCCL collectives, memcpy by kind, NVTX ranges)")
     p.add_argument("--top", type=_positive_int, default=None, metavar="N",
                    help="with a table view: the N largest names, then one 'other' row")
+    p.add_argument("--phase", metavar="NAME", default=None,
+                   help="with a table view: the table of NVTX phase NAME (its occurrences "
+                        "summed, e.g. ProfilerStep) instead of the whole job's")
     p.add_argument("--json", action="store_true", help="print the latest record as JSON")
     p.add_argument("--plot", metavar="PNG",
                    help="draw bars and metrics over time into PNG (needs matplotlib: the "

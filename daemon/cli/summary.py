@@ -198,9 +198,10 @@ def run(args: argparse.Namespace, settings: Settings, out: TextIO | None = None)
         sys.stderr.write(missing_ranks_warning(path))
         state, history = load_summary(path, recent=settings.summary_recent)
         if view in TABLE_VIEWS:
-            rows = top_rows(state, view, getattr(args, "top", None))
+            top, phase = getattr(args, "top", None), getattr(args, "phase", None)
+            rows = top_rows(state, view, top, phase)
             stream.write(msgspec.json.encode(top_json(rows, view)).decode() + "\n"
-                         if args.json else render_top(state, view, getattr(args, "top", None)))
+                         if args.json else render_top(state, view, top, phase))
         elif args.json:
             stream.write(_json_line(_latest(state, view)))
         else:

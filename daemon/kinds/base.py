@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 import numpy as np
 
 from prvstream.daemon.kinds.sql import fetch_groups, pack_i4_pair, quote_identifier, wrap_i4
-from prvstream.sinks.base import TableRows
+from prvstream.sinks.base import TableDetail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import RecordBatch
@@ -130,8 +130,9 @@ class ChunkResult:
     phases: np.ndarray | None = None
     #: rows of the chunk that produced records (records in = records out checks)
     rows: int = 0
-    #: per name aggregates for the summary's top-N tables (``sinks.base.TableRows``)
-    tables: list[TableRows] | None = None
+    #: rows of the summary's top-N tables (``sinks.base.TableDetail``: aggregated per name for
+    #: the cumulative tables, attributed to phases by start for the tables per phase)
+    tables: list[TableDetail] | None = None
     #: host call intervals (``sinks.base.HOST_DTYPE``) for the host metrics
     host: np.ndarray | None = None
 

@@ -31,6 +31,7 @@ __all__ = [
     "end_prio",
     "host_calls",
     "interval_batch",
+    "process_indices",
     "state_starts",
 ]
 
@@ -106,6 +107,13 @@ def activity(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.n
     dev = np.array([ctx.device_index.get((g, d), 0) for g, d in pairs], dtype=np.int32)
     act["device"] = dev[inverse]
     return act
+
+
+def process_indices(ctx: ReportContext, gpids: np.ndarray) -> np.ndarray:
+    """Per row, the index into ``ReportInfo.processes`` of its process (globalPid ``gpids``)."""
+    uniq, inverse = np.unique(gpids, return_inverse=True)
+    procs = np.array([ctx.process_index.get(g, 0) for g in uniq.tolist()], dtype=np.int64)
+    return procs[inverse.ravel()]
 
 
 def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -19,8 +19,13 @@ from prvstream.daemon.kinds.base import (
     ValueGroup,
 )
 from prvstream.daemon.kinds.context import ReportContext
-from prvstream.daemon.kinds.intervals import activity, interval_batch, state_starts
-from prvstream.sinks.base import ActivityKind, table_rows
+from prvstream.daemon.kinds.intervals import (
+    activity,
+    interval_batch,
+    process_indices,
+    state_starts,
+)
+from prvstream.sinks.base import ActivityKind, table_detail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import event_lines, state_lines
@@ -59,7 +64,8 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     states = state_lines(task, thread, shown, end, state)
     kind = np.where(nccl, ActivityKind.NCCL, ActivityKind.COMPUTE).astype(np.uint8)
     dur = np.maximum(end - start, 0)
-    tables = [table_rows(name, labels, inverse[sel], dur[sel])
+    procs = process_indices(ctx, chunk["gpid"])
+    tables = [table_detail(name, labels, inverse[sel], start[sel], procs[sel], dur[sel])
               for name, sel in (("kernels", ~nccl), ("nccl", nccl)) if sel.any()]
     return ChunkResult(
         interval_batch(ctx, "kernel", RANK, shown, end, task, thread, begin, finish, states),

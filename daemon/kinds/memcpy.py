@@ -19,10 +19,15 @@ from prvstream.daemon.kinds.base import (
     PlanScan,
 )
 from prvstream.daemon.kinds.context import ReportContext
-from prvstream.daemon.kinds.intervals import activity, interval_batch, state_starts
+from prvstream.daemon.kinds.intervals import (
+    activity,
+    interval_batch,
+    process_indices,
+    state_starts,
+)
 from prvstream.daemon.kinds.kernel import GPU_COLUMNS, GPU_FIELDS
 from prvstream.daemon.kinds.sql import wrap_i4
-from prvstream.sinks.base import ActivityKind, table_rows
+from prvstream.sinks.base import ActivityKind, table_detail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import event_lines, state_lines
@@ -88,7 +93,8 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
         labels = [MEMCPY_KIND_LABELS.get(k, f"kind {k}") for k in kinds.tolist()]
     else:
         labels, inverse = ["memset"], np.zeros(len(chunk), np.int64)
-    rows = table_rows("memcpy", labels, inverse.ravel(), np.maximum(end - start, 0), size)
+    rows = table_detail("memcpy", labels, inverse.ravel(), start,
+                        process_indices(ctx, chunk["gpid"]), np.maximum(end - start, 0), size)
     return ChunkResult(
         interval_batch(ctx, kind, rank, shown, end, task, thread, begin, finish, states),
         activity=activity(ctx, chunk, start, end, act_kind), rows=len(chunk), tables=[rows],

@@ -23,10 +23,10 @@ from prvstream.daemon.kinds.base import (
     ValueGroup,
 )
 from prvstream.daemon.kinds.context import ReportContext, process_of
-from prvstream.daemon.kinds.intervals import LINE_EVENT, end_prio
+from prvstream.daemon.kinds.intervals import LINE_EVENT, end_prio, process_indices
 from prvstream.daemon.kinds.runtime import CPU_COLUMNS, CPU_FIELDS
 from prvstream.daemon.kinds.sql import quote_identifier as q
-from prvstream.sinks.base import PHASE_DTYPE, table_rows
+from prvstream.sinks.base import PHASE_DTYPE, table_detail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, event_lines, make_keys
@@ -133,8 +133,9 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
         parts.append(finish.batch(
             make_keys(end[r], end_prio(start[r], end[r]), task[r], thread[r], rank,
                       ctx.report_index, seq[r])))
-    tables = [table_rows("nvtx", labels, inverse[ranges], end[ranges] - start[ranges])] \
-        if len(ranges) else None
+    tables = [table_detail("nvtx", labels, inverse[ranges], start[ranges],
+                           process_indices(ctx, process_of(chunk["gtid"][ranges])),
+                           end[ranges] - start[ranges])] if len(ranges) else None
     return ChunkResult(RecordBatch.concat(parts), phases=_phases(ctx, chunk, start, end, labels,
                                                                  inverse), rows=len(chunk),
                        tables=tables)

@@ -43,7 +43,7 @@ from prvstream.sinks.base import (
     DeviceInfo,
     ProcessInfo,
     ReportInfo,
-    TableRows,
+    TableDetail,
     feed_interleaved,
 )
 from prvstream.sinks.base import Sink as SinkProtocol
@@ -341,9 +341,11 @@ class ActivityRouter:
         self._activity: list[np.ndarray] = []
         self._phases: list[np.ndarray] = []
         self._host: list[np.ndarray] = []
+        #: rows of the tables per phase, held like activity (a row after its phases)
+        self._detail: list[TableDetail] = []
 
     def add(self, activity: np.ndarray | None, phases: np.ndarray | None,
-            tables: list[TableRows] | None = None, host: np.ndarray | None = None) -> None:
+            tables: list[TableDetail] | None = None, host: np.ndarray | None = None) -> None:
         if self.sink is None:
             return
         if host is not None and len(host) and hasattr(self.sink, "add_host"):
@@ -351,7 +353,9 @@ class ActivityRouter:
         add_tables = getattr(self.sink, "add_tables", None) if tables else None
         if add_tables is not None and tables:  # sums: no order to keep
             for rows in tables:
-                add_tables(rows)
+                add_tables(rows.rows())
+        if tables and hasattr(self.sink, "add_table_detail"):
+            self._detail.extend(d for d in tables if len(d.start))
         if activity is not None and len(activity):
             self._activity.append(activity)
         if phases is not None and len(phases):
@@ -381,6 +385,13 @@ class ActivityRouter:
         host, self._host = self._split(self._host, HOST_DTYPE, horizon)
         if len(host):  # after every phase that starts before the horizon, as add_host asks
             self.sink.add_host(host)  # type: ignore[attr-defined]
+        detail, self._detail = self._detail, []
+        for d in detail:  # likewise after every phase that starts at or before its rows
+            ready = d.start < horizon if horizon is not None else np.ones(len(d.start), bool)
+            if ready.any():
+                self.sink.add_table_detail(d.take(ready))  # type: ignore[attr-defined]
+            if not ready.all():
+                self._detail.append(d.take(~ready))
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],

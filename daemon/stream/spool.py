@@ -14,14 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from prvstream.sinks.base import ReportInfo, Sink, TableRows
+from prvstream.sinks.base import ReportInfo, Sink, TableDetail, TableRows
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["ReportSpool"]
 
 log = get_logger(__name__)
 
-_PHASES, _ACTIVITY, _TABLES = 0, 1, 2
+_PHASES, _ACTIVITY, _TABLES, _DETAIL = 0, 1, 2, 3
 
 
 class ReportSpool:
@@ -47,6 +47,9 @@ class ReportSpool:
     def add_tables(self, rows: TableRows) -> None:
         pickle.dump((_TABLES, rows), self._fh, protocol=5)
 
+    def add_table_detail(self, rows: TableDetail) -> None:
+        pickle.dump((_DETAIL, rows), self._fh, protocol=5)
+
     def end_report(self) -> None:
         self.closed = True
 
@@ -69,6 +72,10 @@ class ReportSpool:
                 add_tables = getattr(sink, "add_tables", None)
                 if add_tables is not None:
                     add_tables(batch)
+            elif kind == _DETAIL:
+                add_detail = getattr(sink, "add_table_detail", None)
+                if add_detail is not None:
+                    add_detail(batch)
             else:
                 sink.add_phases(batch)
         sink.end_report()

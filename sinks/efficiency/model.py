@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from prvstream.sinks.base import ReportInfo, TableRows
+from prvstream.sinks.base import ReportInfo, TableDetail, TableRows
 from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
@@ -29,7 +29,7 @@ from prvstream.sinks.efficiency.parts import (
     grow,
     segments,
 )
-from prvstream.sinks.efficiency.tables import Tables
+from prvstream.sinks.efficiency.tables import Tables, phase_rows
 from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder, fold
@@ -108,6 +108,8 @@ class EfficiencyModel(RecordViews):
         #: names shown per top-N table (then one "other" row)
         self.top = max(int(top), 1)
         self._tables = Tables()
+        #: the top-N tables per phase name (rows attributed by start, ``phase_rows``)
+        self._phase_tables: dict[str, Tables] = {}
         #: host metrics: CUDA runtime and MPI time per host process
         self._host = HostTotals(self.window_ns)
         #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
@@ -237,6 +239,17 @@ class EfficiencyModel(RecordViews):
             rep.touched.append(i)
             rep.recent.setdefault(proc, []).append((start, end, i))
             self._host.phase(row_proc, start, end, i)
+
+    def add_table_detail(self, rows: TableDetail) -> None:
+        """Take rows of a top-N table for the tables per phase (after every phase that
+        starts at or before them)."""
+        rep = self._require_report()
+        for p in np.unique(rows.process).tolist():
+            proc = rep.processes[p]
+            spans = {n: s for (pr, n), s in self._occ_spans.items() if pr == proc}
+            if spans:
+                for name, agg in phase_rows(rows.take(rows.process == p), rep.origin, spans):
+                    self._phase_tables.setdefault(name, Tables()).add(agg)
 
     def add_tables(self, rows: TableRows) -> None:
         """Take one chunk's per-name aggregates for the top-N tables (any order)."""

@@ -116,6 +116,9 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
     processes: list[ProcessState] = msgspec.field(default_factory=list)
     #: top-N tables: table -> name -> [count, total ns, min ns, max ns, bytes]
     tables: dict[str, dict[str, list[int]]] = msgspec.field(default_factory=dict)
+    #: the same tables per phase name (rows whose start falls in one of its occurrences)
+    phase_tables: dict[str, dict[str, dict[str, list[int]]]] = msgspec.field(
+        default_factory=dict)
     #: notes about the reports: note -> (reports it applies to, first few report ids)
     notes: dict[str, tuple[int, list[str]]] = msgspec.field(default_factory=dict)
     #: host processes (host metrics), by (host, pid)
@@ -185,6 +188,8 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         nccl_as=m.nccl_as, reports=m._reports, last=m._last_key, span=m._span, devices=devices,
         processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
         notes=dict(sorted(m._notes.items())), tables=m._tables.export(),
+        phase_tables={n: t for n, t in ((n, v.export()) for n, v in
+                                        sorted(m._phase_tables.items())) if t},
         hosts=[_host_state(m, hp) for _, hp in sorted(m._host.processes.items())])
 
 
@@ -246,6 +251,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
                 hp.instances[int(ids[occ])] = rows.values[j * HOST_WIDTH:(j + 1) * HOST_WIDTH]
     m._reports = state.reports
     m._tables = Tables(state.tables)
+    m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
     m._last_key = None if state.last is None else (state.last[0], state.last[1])
     m._last_report = state.last[1] if state.last is not None else ""
@@ -345,6 +351,8 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         span=(min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None,
         devices=devices, processes=processes, notes=_merge_notes(a.notes, b.notes),
         tables=merge_tables(a.tables, b.tables),
+        phase_tables={n: merge_tables(a.phase_tables.get(n, {}), b.phase_tables.get(n, {}))
+                      for n in sorted(a.phase_tables.keys() | b.phase_tables.keys())},
         hosts=_merge_hosts([(0, h) for h in a.hosts] + [(1, h) for h in b.hosts], maps))
 
 

@@ -7,11 +7,15 @@ extremes, so tables of disjoint sets of reports merge exactly.
 
 from __future__ import annotations
 
-from prvstream.sinks.base import TableRows
+from array import array
+
+import numpy as np
+
+from prvstream.sinks.base import TableDetail, TableRows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import TableRow
 
-__all__ = ["TABLES", "Tables", "merge_tables"]
+__all__ = ["TABLES", "Tables", "merge_tables", "phase_rows"]
 
 log = get_logger(__name__)
 
@@ -91,6 +95,27 @@ class Tables:
                 shown.append((_OTHER, acc))
             out[table] = [_row(table, k, v, total) for k, v in shown]
         return out
+
+
+def phase_rows(detail: TableDetail, origin: int, spans: dict[str, array[int]]
+               ) -> list[tuple[str, TableRows]]:
+    """Per phase name, the rows of ``detail`` (one process's) that start inside one of its
+    occurrences ``spans[name]`` (start, end pairs; a row counts once per name even where
+    occurrences nest), aggregated per row name."""
+    out: list[tuple[str, TableRows]] = []
+    t = detail.start + origin
+    for name, pairs in sorted(spans.items()):
+        flat = np.frombuffer(pairs, dtype=np.int64) if len(pairs) else np.zeros(0, np.int64)
+        if not len(flat):
+            continue
+        lo, hi = flat[0::2], flat[1::2]
+        order = np.argsort(lo, kind="stable")
+        lo, reach = lo[order], np.maximum.accumulate(hi[order])
+        idx = np.searchsorted(lo, t, side="right") - 1
+        inside = (idx >= 0) & (reach[np.maximum(idx, 0)] > t)
+        if inside.any():
+            out.append((name, detail.take(inside).rows()))
+    return out
 
 
 def _row(table: str, name: str, v: list[int], total: int) -> TableRow:

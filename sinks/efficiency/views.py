@@ -60,6 +60,7 @@ class RecordViews:
     _reports: int
     _last_report: str
     _tables: Tables
+    _phase_tables: dict[str, Tables]
     _host: HostTotals
     top: int
     nccl_as: str
@@ -189,5 +190,8 @@ class RecordViews:
         record.host_metrics = self._host.phase_metrics(self._occurrences(
             sorted(nm.processes), nm.name,
             lambda spans: [(k, ids[k]) for k in range(len(spans) // 2) if k < len(ids)]))
+        tables = self._phase_tables.get(nm.name)
+        if tables is not None:
+            record.tables = tables.top(self.top)
         return record
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import SummaryState, TableRow
 
-__all__ = ["TABLE_VIEWS", "render_top", "top_json", "top_rows"]
+__all__ = ["TABLE_VIEWS", "phase_tables", "render_top", "top_json", "top_rows"]
 
 log = get_logger(__name__)
 
@@ -27,9 +28,26 @@ def _fold(rows: list[TableRow]) -> TableRow:
                     share=sum(r.share for r in rows), bytes=nbytes, gbps=gbps)
 
 
-def top_rows(state: SummaryState, view: str, top: int | None = None) -> list[TableRow]:
-    """The table's rows sorted by total, at most ``top`` names and then ``other``."""
-    rows = sorted(state.tables.get(view, []), key=lambda r: (r.name == "other", -r.total_ns))
+def phase_tables(state: SummaryState, phase: str | None) -> dict[str, list[TableRow]]:
+    """The cumulative tables, or those of phase name ``phase`` (its ``phase_total`` record).
+
+    Raises ``ConfigError`` naming the phases the summary has when ``phase`` is not one."""
+    if phase is None:
+        return state.tables
+    for rec in state.phase_totals:
+        if rec.name == phase:
+            return rec.tables
+    have = ", ".join(sorted(r.name for r in state.phase_totals)) or "none"
+    raise ConfigError(f"no phase named {phase!r} in this summary (phases: {have}); pass "
+                      "--phase with one of those names, without the trailing #N")
+
+
+def top_rows(state: SummaryState, view: str, top: int | None = None,
+             phase: str | None = None) -> list[TableRow]:
+    """The table's rows sorted by total, at most ``top`` names and then ``other`` (of the
+    whole job, or of phase name ``phase``)."""
+    rows = sorted(phase_tables(state, phase).get(view, []),
+                  key=lambda r: (r.name == "other", -r.total_ns))
     named = [r for r in rows if r.name != "other"]
     if top is None or top >= len(named):
         return rows
@@ -59,10 +77,12 @@ def _ns(ns: float) -> str:
     return f"{ns / 1e3:.1f} µs"
 
 
-def render_top(state: SummaryState, view: str, top: int | None = None) -> str:
-    """The table as text, largest total first."""
-    rows = top_rows(state, view, top)
-    head = f"job {state.job or '?'}: {view} by total time"
+def render_top(state: SummaryState, view: str, top: int | None = None,
+               phase: str | None = None) -> str:
+    """The table as text, largest total first (of phase name ``phase`` when given)."""
+    rows = top_rows(state, view, top, phase)
+    head = f"job {state.job or '?'}: {view} by total time" + (
+        f" in phase {phase}" if phase is not None else "")
     if not rows:
         return f"{head}\nno {view} rows in this summary\n"
     extra = view == "memcpy"

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.base import HOST_DTYPE, ReportInfo, TableRows, feed_interleaved, table_rows
+from prvstream.sinks.base import (
+    HOST_DTYPE,
+    ReportInfo,
+    TableDetail,
+    TableRows,
+    feed_interleaved,
+    table_detail,
+    table_rows,
+)
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import (
     EfficiencyState,
@@ -63,6 +71,28 @@ def _tables(info: ReportInfo) -> TableRows:
                       np.array([e - s, s, e, 1, 7]), np.array([s, 0, 0, 1, e]))
 
 
+def _detail(info: ReportInfo, a: np.ndarray) -> TableDetail:
+    """Kernel rows for the tables per phase: one per activity row, named by its start."""
+    return table_detail("kernels", ["even", "odd"], a["start"] % 2, a["start"],
+                        np.zeros(len(a), np.int64), a["end"] - a["start"])
+
+
+def _brute_phase_tables(job: list[Report]) -> dict[str, dict[str, list[int]]]:
+    """Per phase name, kernel name -> [count, total]: rows starting inside an occurrence."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for info, a, ph, _ in job:
+        for name_id, name in enumerate(info.phase_names):
+            occ = [(s, e) for s, e, n in zip(ph["start"].tolist(), ph["end"].tolist(),
+                                             ph["name"].tolist(), strict=True)
+                   if n == name_id and e >= s]
+            for s0, e0 in zip(a["start"].tolist(), a["end"].tolist(), strict=True):
+                if any(s <= s0 < e for s, e in occ):
+                    row = out.setdefault(name, {}).setdefault(("even", "odd")[s0 % 2], [0, 0])
+                    row[0] += 1
+                    row[1] += e0 - s0
+    return out
+
+
 def _single(reports: list[Report], window: int, **kw: int) -> EfficiencyModel:
     model = EfficiencyModel("j", window_ns=window, gap_threshold_ns=3, **kw)
     for rep in reports:
@@ -78,6 +108,7 @@ def _feed(model: EfficiencyModel, rep: Report) -> None:
     model.add_host(host[:len(host) // 2])
     model.add_host(host[len(host) // 2:])
     feed_interleaved(model, a, ph, 4)
+    model.add_table_detail(_detail(info, a))  # after every phase, as the Sink protocol asks
     model.end_report()
 
 
@@ -104,12 +135,17 @@ def test_merging_in_any_grouping_and_order_gives_the_single_pass_state(  # type:
     assert merged == expected
     assert merged.tables == expected.tables and expected.tables["kernels"]["gemm"][0] == \
         2 * len(job)
+    assert merged.phase_tables == expected.phase_tables
+    assert {n: {k: v[:2] for k, v in t["kernels"].items()}
+            for n, t in expected.phase_tables.items()} == _brute_phase_tables(job)
     assert decode_partial(encode_partial(merged)) == expected
     # the views built from a merged state: the cumulative record is the single pass's
     rebuilt = EfficiencyModel.from_partial(merged).state()
     single = whole.state()
     assert rebuilt.metrics == single.metrics and rebuilt.devices == single.devices
     assert rebuilt.tables == single.tables
+    assert [(p.name, p.tables) for p in rebuilt.phase_totals] == \
+        [(p.name, p.tables) for p in single.phase_totals]
     assert merged.hosts == expected.hosts and len(expected.hosts) == len(
         {(r[0].processes[0].host, r[0].processes[0].pid) for r in job})
     assert rebuilt.host_metrics == single.host_metrics

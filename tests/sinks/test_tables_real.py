@@ -10,6 +10,7 @@ import pytest
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.stream.batch import convert
 from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.efficiency.partial import decode_partial, encode_partial
 from tests.conftest import real_export_params
 
 #: CUPTI copyKind -> the memcpy table's names (nsys's ENUM_CUDA_MEMCPY_OPER wording)
@@ -139,3 +140,90 @@ def test_summary_view_prints_a_table_as_json_rows(export: Path, tmp_path: Path,
             assert got[1]["total_ns"] == sum(v[1] for _, v in rest)
         assert cli("summary", str(tmp_path / "out.summary.json"), "--view", view) == 0
         assert name[:40] in capsys.readouterr().out
+
+
+def _export(part: str) -> Path:
+    for param in real_export_params():
+        (path,) = param.values  # type: ignore[attr-defined]
+        if path is not None and part in path.name:
+            return Path(path)
+    pytest.skip(f"no export named *{part}* in PRVSTREAM_TEST_DATA")
+
+
+def _saxpy() -> Path:
+    return _export("saxpy")
+
+
+def _kernels_in_phase(export: Path, phase: str) -> dict[str, Agg]:
+    """Kernels whose start falls inside one of the process's NVTX ranges whose name matches
+    the GLOB ``phase`` (the attribution rule of docs/summary-schema.md), per table and name."""
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT s.value, COUNT(*), SUM(k.end - k.start), MIN(k.end - k.start), "
+        "MAX(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL AS k "
+        "JOIN StringIds AS s ON s.id = k.shortName WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS AS n "
+        "LEFT JOIN StringIds AS t ON t.id = n.textId WHERE COALESCE(n.text, t.value) GLOB ? "
+        f"AND n.eventType != {_MARK} AND n.end IS NOT NULL AND n.start <= k.start "
+        "AND k.start < n.end AND n.globalTid / 16777216 = k.globalPid / 16777216) "
+        "GROUP BY s.value", (phase,)).fetchall()
+    con.close()
+    out: dict[str, Agg] = {}
+    for name, n, tot, lo, hi in rows:
+        table = "nccl" if name.lower().startswith("nccl") else "kernels"
+        out.setdefault(table, {})[name] = (n, tot, lo, hi, 0)
+    return out
+
+
+@pytest.mark.parametrize(("part", "pattern", "glob", "phase"), [
+    ("saxpy", "^saxpy$", "saxpy", "saxpy"),
+    # an FSDP pre-forward range of the 2-GPU torchrun job: compute and NCCL kernels inside
+    ("torchrun", r"^FSDP::pre_forward \(blocks\.8\..*993653$",
+     "FSDP::pre_forward (blocks.8._checkpoint_wrapped_module), op_id = 993653",
+     "FSDP::pre_forward (blocks.8._checkpoint_wrapped_module), op_id = 993653")])
+def test_kernel_tables_of_a_phase_equal_sql_over_its_ranges(
+        part: str, pattern: str | None, glob: str, phase: str, tmp_path: Path) -> None:
+    export = _export(part)
+    model = EfficiencyModel("real", top=10**6)
+    convert([str(export)], tmp_path / "t",
+            load_settings(None, {"phase_pattern": pattern} if pattern else {}, environ={}),
+            model=model)
+    state = model.state()
+    expected = _kernels_in_phase(export, glob)
+    assert sum(v[0] for v in expected.get("kernels", {}).values()) >= 5  # kernels selected
+    (total,) = [p for p in state.phase_totals if p.name == phase]
+    got = {table: {r.name: (r.count, r.total_ns, r.min_ns, r.max_ns, r.bytes) for r in rows}
+           for table, rows in total.tables.items() if table in ("kernels", "nccl")}
+    assert got == expected
+    # ranges starting outside the phase are left out of its NVTX table
+    nvtx = {r.name for r in total.tables["nvtx"]}
+    assert any(n.startswith(phase) for n in nvtx) and {r.name for r in state.tables["nvtx"]} - nvtx
+    # the merged partial state carries them, and the rebuilt views show the same rows
+    partial = model.partial()
+    assert partial.phase_tables[phase]["kernels"] == {
+        k: [v[0], v[1], v[2], v[3], v[4]] for k, v in expected["kernels"].items()}
+    assert decode_partial(encode_partial(partial)) == partial
+
+
+def test_summary_view_of_a_phase_prints_its_table(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from prvstream.daemon.cli.main import cli
+
+    export = _saxpy()
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('phase_pattern = "^saxpy$"\nsummary_top = 1\n')
+    assert cli("convert", str(export), "-o", str(tmp_path / "out"), "--config", str(cfg)) == 0
+    capsys.readouterr()
+    summary = str(tmp_path / "out.summary.json")
+    expected = sorted(_kernels_in_phase(export, "saxpy")["kernels"].items(),
+                      key=lambda kv: -kv[1][1])
+    assert cli("summary", summary, "--view", "kernels", "--phase", "saxpy", "--json") == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got[0]["name"] == expected[0][0] and got[0]["count"] == expected[0][1][0]
+    assert sum(r["count"] for r in got) == sum(v[0] for _, v in expected)
+    assert len(got) == min(len(expected), 2)  # bounded: the top one, then "other"
+    assert cli("summary", summary, "--view", "kernels", "--phase", "saxpy") == 0
+    assert "in phase saxpy" in capsys.readouterr().out
+    assert cli("summary", summary, "--view", "kernels", "--phase", "nope") == 2
+    assert "saxpy" in capsys.readouterr().err

@@ -46,7 +46,6 @@ from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import header_capacity
-from prvstream.sinks.summary import SummaryWriter
 
 __all__ = ["NumberingDiverged", "convert_dask", "write_canonical"]
 
@@ -245,38 +244,23 @@ def convert_dask(client: Any, inputs: Iterable[str], out: Path, settings: Settin
                  model: EfficiencyModel | None = None, progress: Progress | None = None,
                  summary_jsonl: Path | None = None) -> ConvertResult:
     """``batch.convert`` on a cluster: same inputs, same outputs, byte for byte."""
-    from prvstream.daemon.stream.batch import convert
+    from prvstream.daemon.stream.batch import SummaryHistory, convert
 
     paths, failed = expand_inputs(inputs)
-    history = None
-    if model is not None and summary_jsonl is not None:
-        part = summary_jsonl.with_name(f".{summary_jsonl.name}.part")
-        part.unlink(missing_ok=True)
-        history = SummaryWriter(part)
-
-    def publish(m: EfficiencyModel) -> None:
-        if history is None:
-            m.discard_updates()
-        else:
-            history.append_many(m.iter_updates())
-
+    history = SummaryHistory(summary_jsonl if model is not None else None)
     try:
         try:
             result, unplanned = write_canonical(client, paths, out, settings, model=model,
-                                                on_model=publish, progress=progress)
+                                                on_model=history.publish_updates,
+                                                progress=progress)
         except NumberingDiverged:
             log.warning("dask_numbering_diverged_converting_here", out=str(out))
-            if history is not None:
-                history.path.unlink(missing_ok=True)
-                history = None
+            history.abandon()
             return convert(inputs, out, settings, model=model, progress=progress,
                            summary_jsonl=summary_jsonl)
-        if history is not None and summary_jsonl is not None:
-            history.publish(summary_jsonl)
-            history = None
+        history.commit()
     finally:
-        if history is not None:
-            history.path.unlink(missing_ok=True)
+        history.abandon()
     failed += unplanned
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason)

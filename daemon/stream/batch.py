@@ -30,7 +30,7 @@ from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchem
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import SummaryWriter
 
-__all__ = ["convert", "expand_inputs"]
+__all__ = ["SummaryHistory", "convert", "expand_inputs"]
 
 log = get_logger(__name__)
 
@@ -99,6 +99,38 @@ def _check_requested(reports: list[PreparedReport], wanted: list[str]) -> None:
                             f"the rest")
 
 
+class SummaryHistory:
+    """A conversion's summary records, streamed to a hidden ``.part`` file beside
+    ``summary_jsonl`` and renamed into place by ``commit``; without a path they are dropped."""
+
+    def __init__(self, summary_jsonl: Path | None) -> None:
+        self.target = summary_jsonl
+        self.writer: SummaryWriter | None = None
+        if summary_jsonl is not None:
+            part = summary_jsonl.with_name(f".{summary_jsonl.name}.part")
+            part.unlink(missing_ok=True)
+            self.writer = SummaryWriter(part)
+
+    def publish_updates(self, model: EfficiencyModel) -> None:
+        """Write (or drop) the model's pending records, one slice at a time."""
+        if self.writer is None:
+            model.discard_updates()
+        else:
+            self.writer.append_many(model.iter_updates())
+
+    def commit(self) -> None:
+        """Rename the records into place."""
+        if self.writer is not None and self.target is not None:
+            self.writer.publish(self.target)
+            self.writer = None
+
+    def abandon(self) -> None:
+        """Remove the records of a conversion that did not commit (no-op after ``commit``)."""
+        if self.writer is not None:
+            self.writer.path.unlink(missing_ok=True)
+            self.writer = None
+
+
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
             progress: Callable[[int, int], None] | None = None,
@@ -140,32 +172,18 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         spools[rep.path] = ReportSpool()
         return spools[rep.path]
 
-    history = None
-    if model is not None and summary_jsonl is not None:
-        part = summary_jsonl.with_name(f".{summary_jsonl.name}.part")
-        part.unlink(missing_ok=True)
-        history = SummaryWriter(part)
-
-    def publish_updates(m: EfficiencyModel) -> None:
-        if history is None:
-            m.discard_updates()
-        else:  # records are built and written one slice at a time
-            history.append_many(m.iter_updates())
-
+    history = SummaryHistory(summary_jsonl if model is not None else None)
     try:
         result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
         if model is not None and spools:
             for rep in sorted(reports, key=lambda r: r.sort_key):
                 spools[rep.path].replay(model)
-                publish_updates(model)
+                history.publish_updates(model)
         elif model is not None:
-            publish_updates(model)
-        if history is not None and summary_jsonl is not None:
-            history.publish(summary_jsonl)
-            history = None
+            history.publish_updates(model)
+        history.commit()
     finally:
-        if history is not None:
-            history.path.unlink(missing_ok=True)
+        history.abandon()
         for rep in reports:
             rep.close()
         for spool in spools.values():

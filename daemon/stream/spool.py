@@ -25,12 +25,22 @@ _PHASES, _ACTIVITY, _TABLES, _DETAIL = 0, 1, 2, 3
 
 
 class ReportSpool:
-    """A ``Sink`` that records one report's feed; ``replay`` plays it into another sink."""
+    """A ``Sink`` that records one report's feed; ``replay`` plays it into another sink.
+
+    Without ``directory`` the spool is an anonymous temporary file (unlinked at once), so a
+    process killed mid-report leaves nothing behind. With ``directory`` it has a name there,
+    for ``detach``/``attach`` across processes.
+    """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        fd, name = tempfile.mkstemp(prefix="prvstream-spool-", suffix=".bin", dir=directory)
-        self.path = Path(name)
-        self._fh = os.fdopen(fd, "w+b")
+        self.path: Path | None = None
+        if directory is None:
+            # owned for the spool's lifetime, closed by discard/detach
+            self._fh = tempfile.TemporaryFile(prefix="prvstream-spool-", suffix=".bin")  # noqa: SIM115
+        else:
+            fd, name = tempfile.mkstemp(prefix="prvstream-spool-", suffix=".bin", dir=directory)
+            self.path = Path(name)
+            self._fh = os.fdopen(fd, "w+b")
         self.info: ReportInfo | None = None
         self.closed = False
 
@@ -85,6 +95,8 @@ class ReportSpool:
         ``attach`` (a Dask worker spools, the coordinator replays)."""
         if self.info is None or not self.closed:
             raise RuntimeError("detach of a spool whose report did not finish")
+        if self.path is None:
+            raise RuntimeError("detach of an anonymous spool: give it a directory")
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
@@ -102,4 +114,5 @@ class ReportSpool:
 
     def discard(self) -> None:
         self._fh.close()
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -82,3 +83,17 @@ def test_detached_spool_is_replayed_by_another_owner(tmp_path: Path) -> None:
     assert got.calls == direct.calls
     attached.discard()
     assert not Path(path).exists()
+
+
+def test_a_spool_without_a_directory_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    spool = ReportSpool()
+    spool.begin_report(_info())
+    spool.add_activity(_rows(ACTIVITY_DTYPE, [1]))
+    assert list(tmp_path.iterdir()) == []  # unlinked at once: a kill -9 leaks nothing
+    spool.end_report()
+    with pytest.raises(RuntimeError, match="anonymous"):
+        spool.detach()
+    spool.discard()

@@ -1,0 +1,112 @@
+"""The read-only connection under ``Export``: its lifetime (``close``/``reopen`` keep what was
+read), the probed tables and columns, and small tables read once per export.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from prvstream.daemon.kinds.sql import quote_identifier
+from prvstream.daemon.nsys.sqlite import connect_read_only
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["ExportBase", "memoized"]
+
+log = get_logger(__name__)
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound="ExportBase")
+
+#: table definitions (name, CREATE sql) -> columns of every table: exports of one nsys
+#: version share them, so the PRAGMA per table runs once per version and process
+_SCHEMAS: dict[tuple[tuple[object, ...], ...], dict[str, list[str]]] = {}
+_SCHEMAS_KEPT = 16
+
+
+def memoized(method: Callable[[_E], _T]) -> Callable[[_E], _T]:
+    """Read a small table once per export (the result survives ``Export.reopen``)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: _E) -> _T:
+        if name not in self._memo:
+            self._memo[name] = method(self)
+        found: _T = self._memo[name]
+        return found
+
+    return wrapper
+
+
+class ExportBase:
+    """A read-only connection to one export and its tables. Use from one thread at a time.
+
+    Context manager; ``close()`` releases the file and ``reopen()`` takes it again.
+    """
+
+    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+        self._con = con
+        self.path = path
+        self.tables: dict[str, list[str]] = self._probe_tables()
+        #: small tables read once (processes, thread and domain names, ...)
+        self._memo: dict[str, Any] = {}
+        self._closed = False
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the file; what was read stays (``reopen`` continues from it)."""
+        if not self._closed:
+            self._closed = True
+            self._con.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def reopen(self) -> None:
+        """A fresh connection after ``close`` (a no-op while open); nothing is read again."""
+        if self._closed:
+            self._con = connect_read_only(self.path)
+            self._closed = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The read-only connection (for table streams)."""
+        return self._con
+
+    def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
+        """Run a read-only query (used by the planner and table streams)."""
+        return iter(self._con.execute(sql, tuple(params)))
+
+    # -- schema -----------------------------------------------------------------------------
+    def _probe_tables(self) -> dict[str, list[str]]:
+        """Tables and their columns; an export whose table definitions were seen before (the
+        same nsys version) costs one query instead of one per table."""
+        found = tuple(self._con.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"))
+        cached = _SCHEMAS.get(found)
+        if cached is None:
+            cached = {str(n): [str(r[1]) for r in self._con.execute(
+                f"PRAGMA table_info({quote_identifier(str(n))})")] for n, _ in found}
+            if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+                _SCHEMAS.pop(next(iter(_SCHEMAS)))
+            _SCHEMAS[found] = cached
+        return {n: list(cols) for n, cols in cached.items()}
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        """Whether ``table`` (and ``column`` in it) exists."""
+        cols = self.tables.get(table)
+        if cols is None:
+            return False
+        return column is None or column in cols

@@ -374,14 +374,16 @@ class LiveTrace:
                     spool.discard()
                     spool = ReportSpool()
                     rows, records = self._rebuild(rep, state.origin_wall_ns, spool)
+            kept = keep(path, self.out.path, fp, state.root or None)
             self._model_fed = True
             spool.replay(self.model)
             self._publish_summary()
-            kept = keep(path, self.out.path, fp, state.root or None)
             self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
                                 kept, ranked_tasks(rep, self.settings.rank_pattern),
                                 hostile=self._block_hostile)
             self._remember_prv()
+            # rewritten while it was read: never committed half-read, read again instead
+            self._same_file(path, identity)
             self._commit()
         finally:
             spool.discard()
@@ -456,8 +458,10 @@ class LiveTrace:
         self.journal.unquarantine(path)
         state.finalized = False
 
-    def _append_block(self, rep: PreparedReport, spool: ReportSpool
+    def _append_block(self, rep: PreparedReport, spool: ReportSpool, *, publish: bool = True
                       ) -> tuple[Counter[str], int]:
+        """Write the report's block behind the last one; ``publish=False`` (a group) leaves
+        the fsync, header and ``.pcf``/``.row`` to the group's end."""
         state = self.journal.state
         assert state.origin_wall_ns is not None
         saved = _copy_numbering(state.numbering)
@@ -493,7 +497,8 @@ class LiveTrace:
                 note_hostile(hostile, rep.path.name, ctx.hostile)
                 self._block_hostile = hostile.get(rep.path.name, {})
                 fh.flush()
-                os.fsync(fh.fileno())
+                if publish:
+                    os.fsync(fh.fileno())
                 length = fh.tell()
                 records, end_time = writer.records, writer.end_time
             except BaseException:
@@ -507,8 +512,9 @@ class LiveTrace:
             self.thread_last[key] = max(self.thread_last.get(key, -1), t)
         self._block_threads = block_threads
         self._last_block = (start, length)
-        self._publish_header()
-        self._publish_metadata()
+        if publish:
+            self._publish_header()
+            self._publish_metadata()
         return rows, records
 
     def _restore_numbering(self, saved: NumberingState) -> None:

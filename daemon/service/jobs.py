@@ -8,6 +8,7 @@ work pending, mark the job ``degraded`` in ``status.json`` and retry it with bac
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import anyio.abc
 import msgspec
 
 from prvstream.daemon.config import Settings
+from prvstream.daemon.live.group import GROUP_MAX_REPORTS, append_group
 from prvstream.daemon.live.inputs import (
     InputChanged,
     InputRefused,
@@ -29,6 +31,7 @@ from prvstream.daemon.live.inputs import (
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import (
     AppendInterrupted,
+    AppendResult,
     DuplicateReport,
     LiveTrace,
     output_dir_for,
@@ -153,6 +156,8 @@ class Job:
     #: with ``--dask``: plans and converts backlog reports on the cluster ahead of the writer
     remote: RemoteAppender | None = None
     flow: JobFlow = field(default_factory=JobFlow)
+    #: backlog items to append one by one (a group commit of them failed)
+    _alone: int = 0
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _logged: str = ""
 
@@ -193,7 +198,14 @@ class Job:
                     continue
                 if self.shared.stopping():
                     return
-                if not await self._ensure_open() or not await self._handle(self.backlog[0]):
+                taken = await self._append_group() if await self._ensure_open() else -1
+                if taken > 0:
+                    for _ in range(taken):
+                        self.backlog.popleft()
+                    self.last_change = time.monotonic()
+                    self.shared.changed()
+                    continue
+                if taken < 0 or not await self._handle(self.backlog[0]):
                     if self.trace is None and not self.job_dir.is_dir():
                         self._vanish()
                         return
@@ -357,9 +369,7 @@ class Job:
         assert journal is not None and trace is not None
         identity = item.ready.identity
         remote = self.remote
-        if (self.shared.stopping() or journal.has_report(identity)
-                or journal.is_quarantined(item.path, identity)
-                or journal.is_duplicate(item.path, identity)):
+        if self._skip(item):
             if remote is not None:
                 remote.forget(item.path)
             self.flow.gone(item.path)
@@ -379,6 +389,66 @@ class Job:
         async with self.shared.limiter:
             await anyio.to_thread.run_sync(work)
         self.shared.appended(self, item.path)
+
+    def _skip(self, item: Append) -> bool:
+        """Nothing to do for ``item`` (already in, set aside or a duplicate, or stopping)."""
+        journal = self.journal
+        assert journal is not None
+        identity = item.ready.identity
+        return (self.shared.stopping() or journal.has_report(identity)
+                or journal.is_quarantined(item.path, identity)
+                or journal.is_duplicate(item.path, identity))
+
+    async def _append_group(self) -> int:
+        """Append the reports ready at the head of the backlog as one commit (group commit);
+        how many backlog items that took. 0: the head is done alone (not an append, the last
+        group failed, or a group of one); -1: the job must wait (the head is not done)."""
+        trace = self.trace
+        if self.remote is not None or trace is None or self._alone > 0:
+            self._alone = max(0, self._alone - 1)
+            return 0
+        items: list[Append] = []
+        for item in itertools.islice(self.backlog, GROUP_MAX_REPORTS):
+            if not isinstance(item, Append):
+                break
+            items.append(item)
+        fresh = [item for item in items if not self._skip(item)]
+        if len(fresh) < 2:
+            return 0
+
+        def work() -> list[AppendResult]:
+            results = append_group(trace, [(i.path, i.ready.identity) for i in fresh])
+            for item, result in zip(fresh, results, strict=False):
+                self.flow.landed(item.path, result.records)
+            self._write_status(landed=len(results))
+            log.info("job_flow", job=str(self.job_dir), **self.flow.snapshot())
+            return results
+
+        try:
+            async with self.shared.limiter:
+                results = await anyio.to_thread.run_sync(work)
+        except StateDirUnusable as exc:
+            self.shared.fatal(exc)
+            return -1
+        except Exception as exc:  # each report again, alone, to meet its own fate
+            log.info("group_commit_failed_appending_one_by_one", job=str(self.job_dir),
+                     reports=len(fresh), error=str(exc), kind=type(exc).__name__)
+            self._alone = len(items)
+            return 0
+        if self.health.state != "ok":
+            self._healthy()
+        landed = {id(item) for item in fresh[:len(results)]}
+        for item in fresh[:len(results)]:
+            self.shared.appended(self, item.path)
+        taken = 0
+        while len(landed):
+            item = items[taken]
+            taken += 1
+            if id(item) in landed:
+                landed.discard(id(item))
+            else:
+                self.flow.gone(item.path)  # skipped: already in, or set aside
+        return taken
 
     def _duplicate(self, item: Append, exc: DuplicateReport) -> None:
         """(worker thread) Record a second copy of a committed report: never appended."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -103,6 +103,8 @@ class EfficiencyModel(RecordViews):
         self._last_key: tuple[int, str] | None = None
         self._span: tuple[int, int] | None = None
         self._pending: Pending | None = None
+        #: ``hold_updates``: the windows and phase instances the group touched
+        self._held: tuple[set[int], array[int]] | None = None
         self._updates: list[SummaryRecord] = []
         self._folder = SummaryFolder(recent=recent)
         #: names shown per top-N table (then one "other" row)
@@ -333,7 +335,26 @@ class EfficiencyModel(RecordViews):
         self._last_key = key if self._last_key is None else max(self._last_key, key)
         self._report = None
         windows = self._window_span(start, end)
-        touched = np.unique(np.frombuffer(rep.touched, np.int64)) if rep.touched else \
+        if self._held is not None:  # a group: one update once the last report is in
+            self._held[0].update(windows)
+            self._held[1].extend(rep.touched)
+            return
+        self._pend(windows, rep.touched)
+
+    def hold_updates(self) -> None:
+        """The reports that follow, until ``release_updates``, make one update (a group
+        commit): its records are built once, from the state after the last of them."""
+        if self._held is None:
+            self._held = (set(), array("q"))
+
+    def release_updates(self) -> None:
+        """End a ``hold_updates`` group: its update is pending (``iter_updates``)."""
+        held, self._held = self._held, None
+        if held is not None and held[0]:
+            self._pend(sorted(held[0]), held[1])
+
+    def _pend(self, windows: Sequence[int], touched_ids: array[int]) -> None:
+        touched = np.unique(np.frombuffer(touched_ids, np.int64)) if touched_ids else \
             np.zeros(0, np.int64)
         if len(touched):
             rank = np.argsort(np.argsort([n.name for n in self._names]))

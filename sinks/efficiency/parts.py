@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -147,7 +148,7 @@ class Pending:
     """What the last report changed; its records are built when ``iter_updates`` runs."""
 
     cumulative: SummaryRecord
-    windows: range
+    windows: Sequence[int]
     instances: np.ndarray  # instance ids in (start, name, occurrence) order
     names: list[int]  # phase name ids, by name
     built: dict[tuple[str, int], SummaryRecord]

@@ -57,9 +57,10 @@ class HostKind(IntEnum):
     MPI = 1  # an MPI call
 
 
-#: one host call interval; ``process`` indexes ``ReportInfo.processes``, ``kind`` is a HostKind
+#: one host call interval; ``process`` indexes ``ReportInfo.processes``, ``kind`` is a HostKind,
+#: ``thread`` is the calling thread's OS tid (host offload efficiency is counted per thread)
 HOST_DTYPE = np.dtype(
-    [("start", "<i8"), ("end", "<i8"), ("process", "<i4"), ("kind", "u1")]
+    [("start", "<i8"), ("end", "<i8"), ("process", "<i4"), ("kind", "u1"), ("thread", "<i4")]
 )
 
 #: one NVTX range that may be an efficiency phase; ``name`` indexes ``ReportInfo.phase_names``,
@@ -87,6 +88,9 @@ class ProcessInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pid: int
     name: str = ""
     rank: int | None = None
+    #: OS tids of its CPU threads that the trace gives host states (Running outside CUDA
+    #: runtime calls): every CPU thread of a report with CUDA runtime calls
+    threads: list[int] = msgspec.field(default_factory=list)
 
 
 class ReportInfo(msgspec.Struct, forbid_unknown_fields=True):

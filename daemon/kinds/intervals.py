@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from prvstream.daemon.kinds.base import ChunkResult
-from prvstream.daemon.kinds.context import ReportContext, factorize, process_of
+from prvstream.daemon.kinds.context import ReportContext, factorize, process_of, tid_of
 from prvstream.sinks.base import ACTIVITY_DTYPE, HOST_DTYPE, HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.records import (
@@ -119,9 +119,10 @@ def process_indices(ctx: ReportContext, gpids: np.ndarray) -> np.ndarray:
 def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.ndarray,
                kind: HostKind) -> np.ndarray:
     """HOST_DTYPE rows of CPU calls (trace-relative times) for the host metrics: each call's
-    process as an index into ``ReportInfo.processes``."""
+    process as an index into ``ReportInfo.processes`` and its thread's OS tid."""
     out = np.empty(len(start), dtype=HOST_DTYPE)
     out["start"], out["end"], out["kind"] = start, np.maximum(end, start), int(kind)
+    out["thread"] = tid_of(gtid)
     gpids, inv = np.unique(process_of(gtid), return_inverse=True)
     procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()], np.int32)
     out["process"] = procs[inv]

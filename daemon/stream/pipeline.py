@@ -291,17 +291,19 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     for kind, n in rep.export.refused_rows().items():
         ctx.hostile[f"{kind} {NO_END}"] += n
     tasks = register_report(numbering, objects, value_labels_of(rep))
+    # every CPU thread of a report with CUDA runtime calls gets host states (kinds.hoststates)
+    stated = rep.plan.threads_by_process if "runtime" in rep.kinds else {}
     for gpid, (host, pid, name, rank, _), task in zip(rep.plan.processes, objects, tasks,
                                                       strict=True):
         ctx.bind_task(gpid, task)
         process_index[gpid] = len(processes)
-        processes.append(ProcessInfo(host=host, pid=pid, name=name, rank=rank))
+        processes.append(ProcessInfo(host=host, pid=pid, name=name, rank=rank,
+                                     threads=sorted({int(tid_of(g))
+                                                     for g in stated.get(gpid, [])})))
     ctx.start_rel = meta.first_ns + offset
-    if "runtime" in rep.kinds:  # every CPU thread gets host states (kinds.hoststates)
-        gtids = [g for gpid in rep.plan.processes
-                 for g in rep.plan.threads_by_process.get(gpid, [])]
-        if gtids:
-            hoststates.register(ctx, *ctx.cpu_objects(np.array(gtids, dtype=np.int64)))
+    gtids = [g for gpid in rep.plan.processes for g in stated.get(gpid, [])]
+    if gtids:
+        hoststates.register(ctx, *ctx.cpu_objects(np.array(gtids, dtype=np.int64)))
     devices: list[DeviceInfo] = []
     name_rank = _name_rank(rep, rank_pattern)
     for gpid, device in sorted({(g, d) for g, d, _ in rep.plan.streams}):

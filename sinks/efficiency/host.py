@@ -1,10 +1,12 @@
-"""Host metrics (BSC BasicAnalysis / TALP): per host process, time in the CUDA runtime and in
-MPI, cumulative and per window, and the host efficiencies built from them.
+"""Host metrics (BSC BasicAnalysis / TALP): per host process and per host thread, time in the
+CUDA runtime and in MPI, cumulative and per window, and the host efficiencies built from them.
 
-Host processes are those with CUDA runtime or MPI calls (a helper process that calls neither
-does not count). A process is *in the CUDA runtime* while at least one of its threads is inside
-a CUDA runtime or driver API call (the union over its threads); likewise for MPI. Host useful
-time is the process's captured time minus both (docs/efficiency.md).
+Host offload efficiency is BasicAnalysis's: per host thread, useful time is the time outside
+CUDA runtime (and MPI) calls, which is the Running state ``kinds.hoststates`` writes, summed
+over every host thread. The same ratio per process (a process in the runtime while any of its
+threads is) is kept as ``process_offload_efficiency``; the MPI metrics are per process
+(docs/efficiency.md). A later report of a process yields to the earlier ones where their spans
+overlap, as the trace's host states do.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,7 +23,8 @@ from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import HostMetrics, HostRow
 
-__all__ = ["HOST_WIDTH", "HostProcess", "HostTotals", "host_metrics", "restore_process"]
+__all__ = ["HOST_WIDTH", "HostProcess", "HostSample", "HostTotals", "host_metrics", "outside",
+           "restore_process"]
 
 log = get_logger(__name__)
 
@@ -28,43 +32,85 @@ log = get_logger(__name__)
 HOST_WIDTH = 2
 
 
+Spans = list[tuple[int, int]]
+Table = dict[int, list[int]]
+
+
 @dataclass
 class HostProcess:
-    """One host process of the job: its captured spans and its call time per view."""
+    """One host process of the job: its captured spans and its call time per view, as a
+    process (union over its threads) and summed over its host threads (each its own union)."""
 
     host: str
     pid: int
     rank: int | None = None
     #: wall-clock spans of its reports that have calls of it (only those count), and of those
     #: with MPI calls (MPI metrics are computed where any process has such a span)
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    mpi_spans: list[tuple[int, int]] = field(default_factory=list)
+    spans: Spans = field(default_factory=list)
+    mpi_spans: Spans = field(default_factory=list)
     totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
     #: window index -> totals row
-    windows: dict[int, list[int]] = field(default_factory=dict)
+    windows: Table = field(default_factory=dict)
     #: phase instance id -> totals row (time inside the process's own occurrence)
-    instances: dict[int, list[int]] = field(default_factory=dict)
+    instances: Table = field(default_factory=dict)
+    #: host thread (OS tid) -> the spans it is captured over (the reports that give it states)
+    threads: dict[int, Spans] = field(default_factory=dict)
+    #: the same rows, each the sum over its threads of the thread's own union of calls
+    thread_totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
+    thread_windows: Table = field(default_factory=dict)
+    thread_instances: Table = field(default_factory=dict)
 
 
 @dataclass
 class _Open:
-    """The report being fed: its processes, span and, per (process, kind), the union's reach."""
+    """The report being fed: its processes, span and, per union key, the union's reach."""
 
     procs: list[HostProcess]
     origin: int
     lo: int
     hi: int
-    reach: dict[tuple[int, int], int] = field(default_factory=dict)
-    #: processes (indices) with calls, with MPI calls
+    #: per process index, the threads the trace gives host states
+    stated: list[list[int]]
+    reach: dict[tuple[int, ...], int] = field(default_factory=dict)
+    #: processes (indices) with calls, with MPI calls; threads with calls per process
     called: set[int] = field(default_factory=set)
     mpi: set[int] = field(default_factory=set)
+    seen: dict[int, set[int]] = field(default_factory=dict)
     #: per process index: phase occurrences that may still receive time (start, end, id)
     phases: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
+class HostSample(NamedTuple):
+    """One host process over an interval: captured, CUDA runtime and MPI ns as a process, and
+    the number of its host threads with the sums of their own captured, runtime and MPI ns."""
+
+    host: str
+    pid: int
+    rank: int | None
+    captured: int
+    runtime: int
+    mpi: int
+    threads: int = 0
+    thread_captured: int = 0
+    thread_runtime: int = 0
+    thread_mpi: int = 0
+
+
+def outside(lo: np.ndarray, hi: np.ndarray, spans: Spans) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of disjoint pieces [lo, hi) outside every span of ``spans``."""
+    for a, b in spans:
+        if not len(lo):
+            break
+        lo, hi = (np.concatenate((lo, np.maximum(lo, b))),
+                  np.concatenate((np.minimum(hi, a), hi)))
+        keep = hi > lo
+        lo, hi = lo[keep], hi[keep]
+    return lo, hi
+
+
 class HostTotals:
-    """Unions of host call intervals per process, attributed to the cumulative and window
-    views as they stream in (memory: one row per process and window)."""
+    """Unions of host call intervals per process and per thread, attributed to the cumulative
+    and window views as they stream in (memory: one row per process, thread and window)."""
 
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
@@ -80,7 +126,8 @@ class HostTotals:
             elif p.rank is not None:
                 hp.rank = p.rank if hp.rank is None else min(hp.rank, p.rank)
             procs.append(hp)
-        self._open = _Open(procs, origin, origin + int(info.start_ns), origin + int(info.end_ns))
+        self._open = _Open(procs, origin, origin + int(info.start_ns),
+                           origin + int(info.end_ns), [list(p.threads) for p in info.processes])
 
     def phase(self, proc: int, start: int, end: int, instance: int) -> None:
         """A phase occurrence of process ``proc`` (wall-clock times): its host time follows."""
@@ -97,46 +144,53 @@ class HostTotals:
             return
         s = np.clip(batch["start"] + np.int64(rep.origin), rep.lo, rep.hi)
         e = np.clip(batch["end"] + np.int64(rep.origin), rep.lo, rep.hi)
-        key = batch["process"].astype(np.int64) * 2 + batch["kind"].astype(np.int64)
-        order = np.lexsort((s, key))
-        s, e, key = s[order], e[order], key[order]
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(key)], strict=True):
-            proc, kind = divmod(int(key[a]), 2)
-            if not 0 <= proc < len(rep.procs):
-                continue
-            reach = rep.reach.get((proc, kind), rep.lo)
-            ends = np.maximum.accumulate(np.concatenate(([reach], e[a:b])))
-            lo, hi = np.maximum(s[a:b], ends[:-1]), e[a:b]
-            keep = hi > lo
-            rep.reach[(proc, kind)] = int(ends[-1])
-            hp = rep.procs[proc]
-            rep.called.add(proc)
-            if kind == HostKind.MPI:
-                rep.mpi.add(proc)
-            if keep.any():
-                self._attribute(hp, kind, lo[keep], hi[keep])
-                self._phases(hp, kind, rep.phases.get(proc), lo[keep], hi[keep])
+        proc_of = batch["process"].astype(np.int64)
+        kind_of = batch["kind"].astype(np.int64)
+        tid_of = batch["thread"].astype(np.int64)
+        for level, key in ((0, proc_of * 2 + kind_of),
+                           (1, (proc_of << 34) | (tid_of << 2) | kind_of)):
+            order = np.lexsort((s, key))
+            ks, ss, es = key[order], s[order], e[order]
+            cuts = np.flatnonzero(np.diff(ks)) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(ks)], strict=True):
+                k = int(ks[a])
+                proc, tid, kind = (k >> 1, -1, k & 1) if level == 0 else \
+                    (k >> 34, (k >> 2) & ((1 << 32) - 1), k & 3)
+                if not 0 <= proc < len(rep.procs):
+                    continue
+                self._union(rep, proc, tid, kind, ss[a:b], es[a:b])
         frontier = int(batch["start"].max()) + rep.origin
         for lst in rep.phases.values():  # no later call starts before the frontier
             lst[:] = [p for p in lst if p[1] > frontier]
 
-    @staticmethod
-    def _phases(hp: HostProcess, kind: int, recent: list[tuple[int, int, int]] | None,
-                lo: np.ndarray, hi: np.ndarray) -> None:
-        """Add the parts of pieces [lo, hi) inside each open phase occurrence."""
-        if not recent:
-            return
-        r = np.array(recent, np.int64)
-        inside = np.clip(np.minimum(hi[:, None], r[None, :, 1])
-                         - np.maximum(lo[:, None], r[None, :, 0]), 0, None).sum(axis=0)
-        for i, ns in zip(r[:, 2].tolist(), inside.tolist(), strict=True):
-            if ns:
-                hp.instances.setdefault(i, [0] * HOST_WIDTH)[kind] += ns
+    def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
+               e: np.ndarray) -> None:
+        """Add the new part of calls [s, e) (in start order) of a process (``tid`` -1) or of
+        one of its threads to its union, outside the spans of earlier reports of it."""
+        reach = rep.reach.get((proc, tid, kind), rep.lo)
+        ends = np.maximum.accumulate(np.concatenate(([reach], e)))
+        lo, hi = np.maximum(s, ends[:-1]), e
+        keep = hi > lo
+        rep.reach[(proc, tid, kind)] = int(ends[-1])
+        hp = rep.procs[proc]
+        if tid < 0:
+            rep.called.add(proc)
+            if kind == HostKind.MPI:
+                rep.mpi.add(proc)
+            lo, hi = outside(lo[keep], hi[keep], hp.spans)
+            totals, windows, instances = hp.totals, hp.windows, hp.instances
+        else:
+            rep.seen.setdefault(proc, set()).add(tid)
+            lo, hi = outside(lo[keep], hi[keep], hp.threads.get(tid, []))
+            totals, windows, instances = hp.thread_totals, hp.thread_windows, \
+                hp.thread_instances
+        if len(lo):
+            totals[kind] += int((hi - lo).sum())
+            self._attribute(windows, kind, lo, hi)
+            _phases(instances, kind, rep.phases.get(proc), lo, hi)
 
-    def _attribute(self, hp: HostProcess, kind: int, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Add disjoint pieces [lo, hi) to the totals and the windows they fall in."""
-        hp.totals[kind] += int((hi - lo).sum())
+    def _attribute(self, windows: Table, kind: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Add disjoint pieces [lo, hi) to the windows they fall in."""
         w = self.window_ns
         k0, k1 = lo // w, (hi - 1) // w
         single = k0 == k1
@@ -144,10 +198,10 @@ class HostTotals:
         sums = np.zeros(len(ks), np.int64)
         np.add.at(sums, inv, (hi - lo)[single])
         for k, total in zip(ks.tolist(), sums.tolist(), strict=True):
-            hp.windows.setdefault(k, [0] * HOST_WIDTH)[kind] += total
+            windows.setdefault(k, [0] * HOST_WIDTH)[kind] += total
         for a, b in zip(lo[~single].tolist(), hi[~single].tolist(), strict=True):
             for k in range(a // w, (b - 1) // w + 1):
-                row = hp.windows.setdefault(k, [0] * HOST_WIDTH)
+                row = windows.setdefault(k, [0] * HOST_WIDTH)
                 row[kind] += min(b, (k + 1) * w) - max(a, k * w)
 
     def end(self) -> None:
@@ -156,10 +210,15 @@ class HostTotals:
             raise RuntimeError("begin_report must come before end_report")
         if rep.hi > rep.lo:
             span = (rep.lo, rep.hi)
-            for hp in {id(rep.procs[i]): rep.procs[i] for i in sorted(rep.called)}.values():
-                hp.spans.append(span)
-            for hp in {id(rep.procs[i]): rep.procs[i] for i in sorted(rep.mpi)}.values():
-                hp.mpi_spans.append(span)
+            for i in sorted(rep.called):
+                if span not in rep.procs[i].spans:
+                    rep.procs[i].spans.append(span)
+            for i in sorted(rep.mpi):
+                if span not in rep.procs[i].mpi_spans:
+                    rep.procs[i].mpi_spans.append(span)
+            for i, hp in enumerate(rep.procs):
+                for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
+                    hp.threads.setdefault(tid, []).append(span)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostMetrics | None:
@@ -167,13 +226,18 @@ class HostTotals:
         ``window``. None when no host process was captured there."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
+        zero = [0] * HOST_WIDTH
         rows = []
         for _, hp in sorted(self.processes.items()):
             t = covered(hp.spans, start, end)
-            if t <= 0:
+            each = [covered(sp, start, end) for sp in hp.threads.values()]
+            if t <= 0 and not any(each):
                 continue
-            v = hp.totals if window is None else hp.windows.get(window, [0] * HOST_WIDTH)
-            rows.append((hp, t, v[HostKind.RUNTIME], v[HostKind.MPI]))
+            v = hp.totals if window is None else hp.windows.get(window, zero)
+            tv = hp.thread_totals if window is None else hp.thread_windows.get(window, zero)
+            rows.append((hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
+                                        sum(1 for x in each if x > 0), sum(each), tv[0],
+                                        tv[1])))
         return _rows_metrics(rows, start, end)
 
     def phase_metrics(self, occurrences: Iterable[tuple[tuple[str, int], int, int, int]]
@@ -182,66 +246,91 @@ class HostTotals:
         process over its own occurrences (several of one process add up)."""
         acc: dict[tuple[str, int], list[int]] = {}
         lo, hi = 2**62, -(2**62)
+        zero = [0] * HOST_WIDTH
         for key, s, e, i in occurrences:
             hp = self.processes.get(key)
             if hp is None:
                 continue
             t = covered(hp.spans, s, e)
-            if t <= 0:
+            each = [covered(sp, s, e) for sp in hp.threads.values()]
+            if t <= 0 and not any(each):
                 continue
-            v = hp.instances.get(i, [0] * HOST_WIDTH)
-            row = acc.setdefault(key, [0, 0, 0])
-            row[0] += t
-            row[1] += v[HostKind.RUNTIME]
-            row[2] += v[HostKind.MPI]
+            v, tv = hp.instances.get(i, zero), hp.thread_instances.get(i, zero)
+            row = acc.setdefault(key, [0] * 7)
+            for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
+                row[j] = max(row[j], x) if j == 3 else row[j] + x
             lo, hi = min(lo, s), max(hi, e)
-        rows = [(self.processes[k], t, rt, m) for k, (t, rt, m) in sorted(acc.items())]
+        rows = [(self.processes[k], HostSample(k[0], k[1], self.processes[k].rank, r[0], r[1],
+                                               r[2], r[3], r[4], r[5], r[6]))
+                for k, r in sorted(acc.items())]
         return _rows_metrics(rows, lo, hi)
 
 
-def _rows_metrics(rows: Sequence[tuple[HostProcess, int, int, int]], start: int,
+def _phases(instances: Table, kind: int, recent: list[tuple[int, int, int]] | None,
+            lo: np.ndarray, hi: np.ndarray) -> None:
+    """Add the parts of pieces [lo, hi) inside each open phase occurrence."""
+    if not recent:
+        return
+    r = np.array(recent, np.int64)
+    inside = np.clip(np.minimum(hi[:, None], r[None, :, 1])
+                     - np.maximum(lo[:, None], r[None, :, 0]), 0, None).sum(axis=0)
+    for i, ns in zip(r[:, 2].tolist(), inside.tolist(), strict=True):
+        if ns:
+            instances.setdefault(i, [0] * HOST_WIDTH)[kind] += ns
+
+
+def _rows_metrics(rows: Sequence[tuple[HostProcess, HostSample]], start: int,
                   end: int) -> HostMetrics | None:
-    """host_metrics of (process, captured, runtime, MPI) rows; MPI ones where any process
-    has a report with MPI calls in [start, end)."""
+    """host_metrics of (process, sample) rows; MPI ones where any process has a report with
+    MPI calls in [start, end)."""
     if not rows:
         return None
-    mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, *_ in rows)
-    return host_metrics([(hp.host, hp.pid, hp.rank, t, rt, m) for hp, t, rt, m in rows],
-                        mpi=mpi)
+    mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, _ in rows)
+    return host_metrics([r for _, r in rows], mpi=mpi)
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
 
-def host_metrics(rows: Iterable[tuple[str, int, int | None, int, int, int]], *,
-                 mpi: bool) -> HostMetrics:
-    """Host metrics of processes (host, pid, rank, captured ns, CUDA runtime ns, MPI ns).
+def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
+    """Host metrics of processes (``HostSample`` fields; the thread ones default to 0).
 
-    useful = captured - runtime - MPI (at least 0); DOE = sum(useful) / sum(useful + runtime);
-    with ``mpi`` (MPI tables present): LB = mean(u) / max(u), CE = max(u), MPI PE = LB * CE,
-    where u is each process's useful share of its captured time; host PE = MPI PE * DOE, or DOE
-    without MPI (MPI metrics then null).
+    Per process: useful = captured - runtime - MPI (at least 0), and the same per thread
+    summed over its host threads. Host offload efficiency (BasicAnalysis's device offload
+    efficiency) DOE = sum(thread useful) / sum(thread useful + thread runtime) over every host
+    thread; ``process_offload_efficiency`` is that ratio over processes. With ``mpi`` (MPI
+    tables present): LB = mean(u) / max(u), CE = max(u), MPI PE = LB * CE, where u is each
+    process's useful share of its captured time; host PE = MPI PE * DOE, or DOE without MPI.
     """
     out: list[HostRow] = []
-    for host, pid, rank, t, rt, m in rows:
-        useful = max(t - rt - m, 0)
-        out.append(HostRow(host=host, pid=pid, rank=rank, captured_ns=t, useful_ns=useful,
-                           runtime_ns=rt, mpi_ns=m,
-                           device_offload_efficiency=_ratio(useful, useful + rt)))
-    sum_u = sum(r.useful_ns for r in out)
-    doe = _ratio(sum_u, sum_u + sum(r.runtime_ns for r in out))
+    for raw in rows:
+        r = HostSample(*raw)
+        useful = max(r.captured - r.runtime - r.mpi, 0)
+        t_useful = max(r.thread_captured - r.thread_runtime - r.thread_mpi, 0)
+        out.append(HostRow(
+            host=r.host, pid=r.pid, rank=r.rank, captured_ns=r.captured, useful_ns=useful,
+            runtime_ns=r.runtime, mpi_ns=r.mpi, threads=r.threads,
+            thread_captured_ns=r.thread_captured, thread_useful_ns=t_useful,
+            thread_runtime_ns=r.thread_runtime, thread_mpi_ns=r.thread_mpi,
+            device_offload_efficiency=_ratio(t_useful, t_useful + r.thread_runtime),
+            process_offload_efficiency=_ratio(useful, useful + r.runtime)))
+    sum_tu = sum(r.thread_useful_ns for r in out)
+    doe = _ratio(sum_tu, sum_tu + sum(r.thread_runtime_ns for r in out))
+    procs = [r for r in out if r.captured_ns > 0]
+    sum_u = sum(r.useful_ns for r in procs)
+    pdoe = _ratio(sum_u, sum_u + sum(r.runtime_ns for r in procs))
     lb = ce = mpe = None
-    if mpi and out:
-        shares = [r.useful_ns / r.captured_ns if r.captured_ns > 0 else 0.0 for r in out]
+    if mpi and procs:
+        shares = [r.useful_ns / r.captured_ns for r in procs]
         top = max(shares)
         lb = math.fsum(shares) / len(shares) / top if top > 0 else 1.0
         ce = top
         mpe = lb * ce
     pe = None if doe is None else (doe if mpe is None else mpe * doe)
     return HostMetrics(parallel_efficiency=pe, mpi_parallel_efficiency=mpe,
-                       device_offload_efficiency=doe, load_balance=lb,
-                       communication_efficiency=ce, hosts=out)
+                       device_offload_efficiency=doe, process_offload_efficiency=pdoe,
+                       load_balance=lb, communication_efficiency=ce, hosts=out)
 
 
 def restore_process(host: str, pid: int, rank: int | None, spans: Sequence[Sequence[int]],

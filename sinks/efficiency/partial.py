@@ -97,6 +97,12 @@ class HostState(msgspec.Struct, kw_only=True):
     windows: Rows = msgspec.field(default_factory=Rows)
     #: by phase name, then occurrence of the name in this process
     instances: dict[str, Rows] = msgspec.field(default_factory=dict)
+    #: its host threads' captured spans (tid, start, end), and their call time summed per
+    #: thread, in the same rows (a state written before these existed has none)
+    threads: list[tuple[int, int, int]] = msgspec.field(default_factory=list)
+    thread_totals: list[int] = msgspec.field(default_factory=list)
+    thread_windows: Rows = msgspec.field(default_factory=Rows)
+    thread_instances: dict[str, Rows] = msgspec.field(default_factory=dict)
 
 
 class EfficiencyState(msgspec.Struct, kw_only=True):
@@ -199,13 +205,20 @@ def _rows(table: dict[int, list[int]]) -> Rows:
 
 
 def _host_state(m: EfficiencyModel, hp: HostProcess) -> HostState:
-    by_name: dict[str, dict[int, list[int]]] = {}
-    for i, row in hp.instances.items():
-        by_name.setdefault(m._names[int(m._i_name[i])].name, {})[int(m._i_occ[i])] = row
+    def by_name(instances: dict[int, list[int]]) -> dict[str, Rows]:
+        out: dict[str, dict[int, list[int]]] = {}
+        for i, row in instances.items():
+            out.setdefault(m._names[int(m._i_name[i])].name, {})[int(m._i_occ[i])] = row
+        return {n: _rows(t) for n, t in sorted(out.items())}
+
     return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
                      mpi_spans=sorted(hp.mpi_spans), totals=list(hp.totals),
-                     windows=_rows(hp.windows),
-                     instances={n: _rows(t) for n, t in sorted(by_name.items())})
+                     windows=_rows(hp.windows), instances=by_name(hp.instances),
+                     threads=sorted((t, s[0], s[1]) for t, sp in hp.threads.items()
+                                    for s in sp),
+                     thread_totals=list(hp.thread_totals),
+                     thread_windows=_rows(hp.thread_windows),
+                     thread_instances=by_name(hp.thread_instances))
 
 
 def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
@@ -245,10 +258,18 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         hp = m._host.processes[(h.host, h.pid)] = restore_process(
             h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.totals, h.windows.keys,
             h.windows.values)
-        for name, rows in h.instances.items():
-            ids = m._names[m._name_ids[name]].instances
-            for j, occ in enumerate(rows.keys):
-                hp.instances[int(ids[occ])] = rows.values[j * HOST_WIDTH:(j + 1) * HOST_WIDTH]
+        for tid, lo, hi in h.threads:
+            hp.threads.setdefault(tid, []).append((lo, hi))
+        hp.thread_totals = list(h.thread_totals) or [0] * HOST_WIDTH
+        flat = h.thread_windows.values
+        hp.thread_windows = {k: list(flat[i * HOST_WIDTH:(i + 1) * HOST_WIDTH])
+                             for i, k in enumerate(h.thread_windows.keys)}
+        for target, named in ((hp.instances, h.instances),
+                              (hp.thread_instances, h.thread_instances)):
+            for name, rows in named.items():
+                ids = m._names[m._name_ids[name]].instances
+                for j, occ in enumerate(rows.keys):
+                    target[int(ids[occ])] = rows.values[j * HOST_WIDTH:(j + 1) * HOST_WIDTH]
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
@@ -373,18 +394,29 @@ def _merge_hosts(sides: list[tuple[int, HostState]],
     for (host, pid), parts in sorted(by.items()):
         ranks = [h.rank for _, h in parts if h.rank is not None]
         windows: dict[int, list[int]] = {}
+        t_windows: dict[int, list[int]] = {}
         instances: dict[str, dict[int, list[int]]] = {}
+        t_instances: dict[str, dict[int, list[int]]] = {}
         totals: list[int] = []
+        t_totals: list[int] = []
         for side, h in parts:
             totals = _sum(totals, h.totals)
+            t_totals = _sum(t_totals, h.thread_totals)
             _add_rows(windows, h.windows)
-            for name, rows in h.instances.items():
-                _add_rows(instances.setdefault(name, {}), rows, maps[side].get((host, pid, name)))
+            _add_rows(t_windows, h.thread_windows)
+            for into, named in ((instances, h.instances), (t_instances, h.thread_instances)):
+                for name, rows in named.items():
+                    _add_rows(into.setdefault(name, {}), rows,
+                              maps[side].get((host, pid, name)))
         out.append(HostState(host=host, pid=pid, rank=min(ranks) if ranks else None,
                              spans=sorted(s for _, h in parts for s in h.spans),
                              mpi_spans=sorted(s for _, h in parts for s in h.mpi_spans),
                              totals=totals, windows=_rows(windows),
-                             instances={n: _rows(t) for n, t in sorted(instances.items())}))
+                             instances={n: _rows(t) for n, t in sorted(instances.items())},
+                             threads=sorted(t for _, h in parts for t in h.threads),
+                             thread_totals=t_totals, thread_windows=_rows(t_windows),
+                             thread_instances={n: _rows(t)
+                                               for n, t in sorted(t_instances.items())}))
     return out
 
 

@@ -110,7 +110,10 @@ def _host(state: SummaryState) -> str:
             ("MPI parallel efficiency", "host-mpi-pe", hm.mpi_parallel_efficiency, 1),
             ("MPI load balance", "host-lb", hm.load_balance, 2),
             ("MPI communication efficiency", "host-ce", hm.communication_efficiency, 2),
-            ("Device offload efficiency", "host-doe", hm.device_offload_efficiency, 1)]
+            ("Device offload efficiency (per host thread)", "host-doe",
+             hm.device_offload_efficiency, 1),
+            ("Offload efficiency per process (not in host PE)", "host-pdoe",
+             hm.process_offload_efficiency, 1)]
     items = "".join(
         f'<li style="margin-left:{18 * depth}px"><span class="m">{name}</span>'
         f'<span class="v" id="{ident}">{_opt(v)}</span>'
@@ -121,14 +124,19 @@ def _host(state: SummaryState) -> str:
         f"<td class='num'>{'-' if r.rank is None else r.rank}</td>"
         f"<td class='num'>{_secs(r.captured_ns)}</td><td class='num'>{_secs(r.useful_ns)}</td>"
         f"<td class='num'>{_secs(r.runtime_ns)}</td><td class='num'>{_secs(r.mpi_ns)}</td>"
-        f"<td class='num'>{_opt(r.device_offload_efficiency)}</td></tr>" for r in hm.hosts)
+        f"<td class='num'>{r.threads}</td>"
+        f"<td class='num'>{_opt(r.device_offload_efficiency)}</td>"
+        f"<td class='num'>{_opt(r.process_offload_efficiency)}</td></tr>" for r in hm.hosts)
     return ("<h2>Host metrics</h2><p class='note'>host processes (BasicAnalysis / TALP): "
-            "useful = captured time outside CUDA runtime and MPI calls; kept apart from the "
+            "useful = captured time outside CUDA runtime and MPI calls (DOE: per host thread, as "
+            "BasicAnalysis; process DOE: a process in the runtime while any thread is); kept "
+            "apart from the "
             "device metrics, never multiplied with them; n/a = not computable (MPI: no MPI "
             "calls)</p>"
             f'<ul class="tree" id="host-metrics">{items}</ul>'
             "<table id='host-processes'><tr><th>host</th><th>pid</th><th>rank</th>"
-            "<th>captured</th><th>useful</th><th>CUDA runtime</th><th>MPI</th><th>DOE</th>"
+            "<th>captured</th><th>useful</th><th>CUDA runtime</th><th>MPI</th><th>threads</th>"
+            "<th>DOE</th><th>process DOE</th>"
             f"</tr>{body}</table>")
 
 

@@ -129,7 +129,8 @@ class GroupRow(msgspec.Struct, kw_only=True):
 
 class HostRow(msgspec.Struct, kw_only=True):
     """One host process over the record's interval (schema 3): its captured time and the part
-    of it in the CUDA runtime, in MPI and in neither (useful)."""
+    of it in the CUDA runtime, in MPI and in neither (useful), as a process (union over its
+    threads) and summed over its host threads (each thread's own calls)."""
 
     host: str
     pid: int
@@ -138,8 +139,18 @@ class HostRow(msgspec.Struct, kw_only=True):
     useful_ns: int = 0
     runtime_ns: int = 0
     mpi_ns: int = 0
-    #: useful_ns / (useful_ns + runtime_ns); null when both are 0
+    #: thread_useful_ns / (thread_useful_ns + thread_runtime_ns), BasicAnalysis's device
+    #: offload efficiency of this process's host threads; null when both are 0
     device_offload_efficiency: float | None = None
+    #: useful_ns / (useful_ns + runtime_ns): the same ratio with the process as the unit
+    process_offload_efficiency: float | None = None
+    #: its host threads (those the trace gives host states) and, summed over them, each
+    #: one's captured time and its time in the CUDA runtime, in MPI and in neither
+    threads: int = 0
+    thread_captured_ns: int = 0
+    thread_useful_ns: int = 0
+    thread_runtime_ns: int = 0
+    thread_mpi_ns: int = 0
 
 
 class HostMetrics(msgspec.Struct, kw_only=True):
@@ -149,11 +160,16 @@ class HostMetrics(msgspec.Struct, kw_only=True):
 
     parallel_efficiency: float | None = None
     mpi_parallel_efficiency: float | None = None
+    #: BasicAnalysis's host "device offload efficiency": host threads' useful time (outside
+    #: CUDA runtime and MPI calls) over their useful plus CUDA runtime time, summed per thread
     device_offload_efficiency: float | None = None
     load_balance: float | None = None
     communication_efficiency: float | None = None
     #: per host process, by (host, pid)
     hosts: list[HostRow] = msgspec.field(default_factory=list)
+    #: the offload ratio with processes as the unit: a process is in the CUDA runtime while
+    #: any of its threads is (TALP-like; never used in ``parallel_efficiency``)
+    process_offload_efficiency: float | None = None
 
 
 class SummaryRecord(msgspec.Struct, kw_only=True):

@@ -51,16 +51,20 @@ def host_lines(hm: HostMetrics | None, limit: int = 40) -> list[str]:
         f"    MPI parallel efficiency  {opt_pct(hm.mpi_parallel_efficiency)}",
         f"      MPI load balance       {opt_pct(hm.load_balance)}",
         f"      MPI communication eff. {opt_pct(hm.communication_efficiency)}",
-        f"    device offload eff.      {opt_pct(hm.device_offload_efficiency)}",
-        f"  {'host':<20} {'pid':>8} {'rank':>5} {'useful':>7} {'CUDA rt':>7} {'MPI':>7} "
-        f"{'DOE':>7}",
+        f"    device offload eff.      {opt_pct(hm.device_offload_efficiency)}"
+        "  (per host thread)",
+        f"    process offload eff.     {opt_pct(hm.process_offload_efficiency)}"
+        "  (per process; not in host PE)",
+        f"  {'host':<20} {'pid':>8} {'rank':>5} {'thr':>3} {'useful':>7} {'CUDA rt':>7} "
+        f"{'MPI':>7} {'DOE':>7} {'procDOE':>7}",
     ]
     for r in hm.hosts[:limit]:
         t = max(r.captured_ns, 1)
         rank = "-" if r.rank is None else str(r.rank)
-        lines.append(f"  {r.host[:20]:<20} {r.pid:>8} {rank:>5} {pct(r.useful_ns / t):>7} "
-                     f"{pct(r.runtime_ns / t):>7} {pct(r.mpi_ns / t):>7} "
-                     f"{opt_pct(r.device_offload_efficiency):>7}")
+        lines.append(f"  {r.host[:20]:<20} {r.pid:>8} {rank:>5} {r.threads:>3} "
+                     f"{pct(r.useful_ns / t):>7} {pct(r.runtime_ns / t):>7} "
+                     f"{pct(r.mpi_ns / t):>7} {opt_pct(r.device_offload_efficiency):>7} "
+                     f"{opt_pct(r.process_offload_efficiency):>7}")
     if len(hm.hosts) > limit:
         lines.append(f"  ... {len(hm.hosts) - limit} more host processes")
     return lines

@@ -8,7 +8,8 @@ rows are GPU streams of device ``<node>:D<d>``. Device useful time is the union 
 (63000006) intervals of a device's streams; its communication is the union of memory
 operations (63000001) and NCCL kernels (63000007) not under useful time; T is the trace length.
 Host useful time is the time host threads spend in state 1 Running, the time in CUDA calls
-that of event 63000000.
+that of event 63000000; without MPI its host device offload efficiency is the Running time over
+(host threads x T).
 """
 
 from __future__ import annotations
@@ -75,10 +76,11 @@ class Metrics:
         return {"LB": sum(useful) / len(useful) / max(useful), "CE": max(useful) / max(both),
                 "OE": max(both) / t_ns, "PE": sum(useful) / (len(useful) * t_ns)}
 
-    @property
-    def offload(self) -> float:
-        """Device offload efficiency of the host: useful / (useful + time in CUDA calls)."""
-        total = self.host_useful_ns + self.host_cuda_ns
+    def offload(self, t_ns: int) -> float:
+        """Host device offload efficiency of a GPU run without MPI (its ``Detailed+CUDA``
+        mode): the host threads' Running time over (host threads x ``t_ns``); BasicAnalysis
+        takes ``t_ns`` = the trace length."""
+        total = self.host_threads * t_ns
         return self.host_useful_ns / total if total else float("nan")
 
 

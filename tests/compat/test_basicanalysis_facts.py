@@ -3,8 +3,8 @@
 On every real export: the trace is Extrae-style (its .pcf has STATES), every CPU thread row is
 ``THREAD 1.<task>.<thread>`` for its own position, every stream row ``CUDA-D<d>.S<s>-<host>``
 of its task's host; what BasicAnalysis computes from the rows and events (device useful and
-communication time, LB, CE, OE, PE) equals our summary, and host threads have the Running
-time and CUDA-call time its host offload efficiency needs.
+communication time, LB, CE, OE, PE, and the host threads' Running time and host offload
+efficiency) equals our summary over the summary's T.
 """
 
 from __future__ import annotations
@@ -73,4 +73,8 @@ def test_basicanalysis_reads_our_trace_like_our_summary(export: Path, tmp_path: 
         assert math.isclose(mine[ours], metrics[theirs], rel_tol=1e-9), (ours, metrics)
     assert got.host_threads > 0
     assert got.host_cuda_ns > 0 and got.host_useful_ns > 0
-    assert 0.0 < got.offload < 1.0
+    host = summary["host_metrics"]
+    assert got.host_threads == sum(h["threads"] for h in host["hosts"])
+    assert got.host_useful_ns == sum(h["thread_useful_ns"] for h in host["hosts"])
+    assert math.isclose(host["device_offload_efficiency"], got.offload(summary["span_ns"]),
+                        rel_tol=1e-12)

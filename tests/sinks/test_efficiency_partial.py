@@ -57,7 +57,8 @@ def sliced_jobs(draw: st.DrawFn) -> list[Report]:
             calls = []
             for _ in range(draw(st.integers(0, 6))):
                 a = draw(st.integers(start - 5, end))
-                calls.append((a, a + draw(st.integers(0, 30)), 0, draw(st.integers(0, 1))))
+                calls.append((a, a + draw(st.integers(0, 30)), 0, draw(st.integers(0, 1)),
+                              draw(st.integers(0, 2))))
             out.append((info, local, phases(sorted(prow)),
                         np.array(sorted(calls), dtype=HOST_DTYPE)))
     out.sort(key=lambda r: (r[0].origin_wall_ns + r[0].start_ns, r[0].report_id))

@@ -12,7 +12,7 @@ import pytest
 
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.stream.batch import convert
-from prvstream.sinks.base import HOST_DTYPE, HostKind, feed_interleaved
+from prvstream.sinks.base import HOST_DTYPE, HostKind, ProcessInfo, feed_interleaved
 from prvstream.sinks.efficiency import EfficiencyModel, merge
 from prvstream.sinks.efficiency.host import host_metrics
 from prvstream.sinks.report import render_html
@@ -24,13 +24,13 @@ from tests.sinks.test_report import _dom, _text
 RT, MPI = int(HostKind.RUNTIME), int(HostKind.MPI)
 
 
-def calls(rows: list[tuple[int, int, int, int]]) -> np.ndarray:
-    """(start, end, process, kind) rows."""
-    return np.array(rows, dtype=HOST_DTYPE)
+def calls(rows: list[tuple[int, ...]]) -> np.ndarray:
+    """(start, end, process, kind[, thread]) rows (thread 0 when not given)."""
+    return np.array([(*r, 0)[:5] for r in rows], dtype=HOST_DTYPE)
 
 
 def _run(model: EfficiencyModel, rid: str, pid: int, start: int, end: int,
-         host_rows: list[tuple[int, int, int, int]], *, rank: int | None = None) -> None:
+         host_rows: list[tuple[int, ...]], *, rank: int | None = None) -> None:
     model.begin_report(report(rid, "n0", pid, rank, [pid], start, end))
     model.add_activity(acts([(start, start + 1, 0, 0, C)]))
     model.add_host(calls(sorted(host_rows)))  # in start order, as the pipeline feeds them
@@ -53,6 +53,26 @@ def test_runtime_time_is_the_union_over_threads_and_doe_follows() -> None:
     assert windows[0].hosts[0].runtime_ns == 20  # [10, 30) in [0, 50)
     assert windows[1].hosts[0].runtime_ns == 5
     assert windows[0].device_offload_efficiency == pytest.approx(30 / 50)
+
+
+def test_offload_efficiency_counts_every_host_thread_and_the_process_unit_is_kept() -> None:
+    model = EfficiencyModel("j", window_ns=1000)
+    info = report("a", "n0", 1, None, [1], 0, 100)
+    # threads 7 (launcher), 8 (a helper also in the runtime) and 9 (idle, given states)
+    info.processes[0] = ProcessInfo(host="n0", pid=1, threads=[7, 8, 9])
+    model.begin_report(info)
+    model.add_activity(acts([(0, 1, 0, 0, C)]))
+    model.add_host(calls([(10, 60, 0, RT, 7), (40, 90, 0, RT, 8)]))
+    model.end_report()
+    hm = model.state().host_metrics
+    assert hm is not None
+    (row,) = hm.hosts
+    assert (row.runtime_ns, row.useful_ns) == (80, 20)  # process: union [10, 90)
+    assert (row.threads, row.thread_captured_ns, row.thread_runtime_ns,
+            row.thread_useful_ns) == (3, 300, 100, 200)
+    assert hm.device_offload_efficiency == pytest.approx(200 / 300)
+    assert hm.process_offload_efficiency == pytest.approx(20 / 100)
+    assert hm.parallel_efficiency == hm.device_offload_efficiency
 
 
 def test_mpi_load_balance_and_communication_over_two_ranks() -> None:
@@ -115,16 +135,18 @@ def test_degenerate_cases() -> None:
     assert all_mpi.parallel_efficiency is None  # no useful and no runtime time: DOE unknown
 
 
-def _runtime_union(export: Path) -> dict[int, int]:
-    """pid -> length of the union of its CUDA runtime/driver call intervals, from SQL."""
+def _runtime_union(export: Path, per_thread: bool = False) -> dict[int, int]:
+    """pid -> length of the union of its CUDA runtime/driver call intervals, from SQL (with
+    ``per_thread``: the sum over its threads of each thread's union)."""
     con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
-    by_pid: dict[int, list[tuple[int, int]]] = {}
+    by_key: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for gtid, start, end in con.execute(
             "SELECT globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start"):
-        by_pid.setdefault((gtid >> 24) & 0xFFFFFF, []).append((start, max(end, start)))
+        key = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF if per_thread else 0)
+        by_key.setdefault(key, []).append((start, max(end, start)))
     con.close()
-    out = {}
-    for pid, calls_ in by_pid.items():
+    out: dict[int, int] = {}
+    for (pid, _), calls_ in by_key.items():
         total, reach = 0, None
         for start, end in calls_:
             if reach is None or start >= reach:
@@ -133,7 +155,7 @@ def _runtime_union(export: Path) -> dict[int, int]:
             elif end > reach:
                 total += end - reach
                 reach = end
-        out[pid] = total
+        out[pid] = out.get(pid, 0) + total
     return out
 
 
@@ -150,7 +172,15 @@ def test_real_export_runtime_time_matches_sql_per_process(export: Path, tmp_path
     assert hm.mpi_parallel_efficiency is None and hm.load_balance is None
     useful = [r.captured_ns - r.runtime_ns for r in hm.hosts]
     assert [r.useful_ns for r in hm.hosts] == useful
-    doe = sum(useful) / (sum(useful) + sum(expected.values()))
+    pdoe = sum(useful) / (sum(useful) + sum(expected.values()))
+    assert hm.process_offload_efficiency == pytest.approx(pdoe, rel=1e-12)
+    # per host thread (BasicAnalysis): each thread's own union; every CPU thread counts
+    per_thread = _runtime_union(export, per_thread=True)
+    assert {r.pid: r.thread_runtime_ns for r in hm.hosts} == per_thread
+    assert all(r.thread_captured_ns == r.threads * r.captured_ns for r in hm.hosts)
+    t_useful = [r.thread_captured_ns - r.thread_runtime_ns for r in hm.hosts]
+    assert [r.thread_useful_ns for r in hm.hosts] == t_useful
+    doe = sum(t_useful) / (sum(t_useful) + sum(per_thread.values()))
     assert hm.device_offload_efficiency == pytest.approx(doe, rel=1e-12)
     assert hm.parallel_efficiency == hm.device_offload_efficiency
 

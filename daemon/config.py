@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -219,6 +218,8 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         if name in _SWITCHES:  # PRVSTREAM_READER=0, PRVSTREAM_PURE_PYTHON=1 and their kin
             found[name] = raw.strip().lower() not in _OFF
             continue
+        import tomllib  # only for such a value (its import is a start-up cost)
+
         try:
             found[name] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
@@ -265,6 +266,8 @@ def load_settings(config_file: str | os.PathLike[str] | None = None,
     merged: dict[str, Any] = {}
     origins: dict[str, str] = {}
     if config_file is not None:
+        import tomllib  # only with a config file (its import is a start-up cost)
+
         path = Path(config_file)
         try:
             with path.open("rb") as fh:

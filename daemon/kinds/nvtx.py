@@ -96,7 +96,7 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     etype_col = chunk["event_type"]
     domains = chunk["domain"]
     dom_type: dict[int, int] = {}
-    for d in np.unique(domains).tolist():
+    for d in np.unique(domains, return_counts=True)[0].tolist():  # counts: no numpy.ma
         k = 0 if d == 0 else ctx.value_id(
             "nvtx_domain", ctx.nvtx_domain_names.get(d, f"domain {d}"))
         dom_type[d] = nvtx_type(k)

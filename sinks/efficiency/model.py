@@ -246,7 +246,8 @@ class EfficiencyModel(RecordViews):
         """Take rows of a top-N table for the tables per phase (after every phase that
         starts at or before them)."""
         rep = self._require_report()
-        for p in np.unique(rows.process).tolist():
+        # return_counts: np.unique's plain form checks for masked arrays, importing numpy.ma
+        for p in np.unique(rows.process, return_counts=True)[0].tolist():
             proc = rep.processes[p]
             spans = {n: s for (pr, n), s in self._occ_spans.items() if pr == proc}
             if spans:
@@ -354,8 +355,8 @@ class EfficiencyModel(RecordViews):
             self._pend(sorted(held[0]), held[1])
 
     def _pend(self, windows: Sequence[int], touched_ids: array[int]) -> None:
-        touched = np.unique(np.frombuffer(touched_ids, np.int64)) if touched_ids else \
-            np.zeros(0, np.int64)
+        touched = (np.unique(np.frombuffer(touched_ids, np.int64), return_counts=True)[0]
+                   if touched_ids else np.zeros(0, np.int64))  # counts: no numpy.ma
         if len(touched):
             rank = np.argsort(np.argsort([n.name for n in self._names]))
             touched = touched[np.lexsort((self._i_occ[touched],

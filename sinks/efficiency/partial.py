@@ -177,7 +177,7 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         ids = np.flatnonzero(tab.any(axis=1))
         if len(ids):
             nids = m._i_name[ids]
-            for nid in np.unique(nids).tolist():
+            for nid in np.unique(nids, return_counts=True)[0].tolist():  # counts: no numpy.ma
                 sel = ids[nids == nid]
                 instances[m._names[nid].name] = _table(m._i_occ[sel], tab[sel])
         names = {m._names[nid].name: d.names[nid].tolist()

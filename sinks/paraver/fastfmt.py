@@ -81,7 +81,7 @@ def format_records(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) 
 
 def _format_python(fields: np.ndarray, tmpl: np.ndarray) -> bytes:
     lines: list[str] = [""] * len(tmpl)
-    for t in np.unique(tmpl).tolist():
+    for t in np.unique(tmpl, return_counts=True)[0].tolist():  # counts: no numpy.ma
         idx = np.flatnonzero(tmpl == t)
         fmt = _FORMATS[t]
         k = len(_TEMPLATES[t]) - 1

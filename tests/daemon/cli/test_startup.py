@@ -21,11 +21,16 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 
 
 def _imported(*argv: str) -> tuple[int, set[str]]:
+    status, modules = _modules(*argv)
+    return status, {m.split(".")[0] for m in modules}
+
+
+def _modules(*argv: str) -> tuple[int, set[str]]:
     proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True,
                           text=True, timeout=120, check=False)
     last = proc.stdout.strip().splitlines()[-1]
     found = json.loads(last)
-    return found["status"], {m.split(".")[0] for m in found["modules"]}
+    return found["status"], set(found["modules"])
 
 
 def test_version_imports_no_third_party_package() -> None:
@@ -43,6 +48,18 @@ def test_small_convert_imports_neither_structlog_nor_the_daemon_stack(
     assert (tmp_path / "out.prv").stat().st_size > 0
     assert "numpy" in top  # the probe saw the conversion's imports
     assert not top & {"structlog", "anyio", "asyncio", "watchdog"}
+
+
+def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
+                                                   tmp_path: Path) -> None:
+    """numpy.ma (np.unique's plain form imports it) and tomllib (only a config file or a
+    PRVSTREAM_ value needs it) are start-up costs a conversion does without."""
+    export = real_data_dir / "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"
+    status, modules = _modules("convert", str(export), "-o", str(tmp_path / "out"),
+                               "--no-progress", "--log-level", "error")
+    assert status == 0
+    assert "numpy" in modules and "prvstream.sinks.efficiency.model" in modules
+    assert not modules & {"numpy.ma", "tomllib"}
 
 
 def test_trace_help_lists_every_kind() -> None:

@@ -368,13 +368,18 @@ class ActivityRouter:
                ) -> tuple[np.ndarray, list[np.ndarray]]:
         if not parts:
             return np.empty(0, dtype=dtype), []
+        if horizon is not None and all(int(p["start"].min()) >= horizon for p in parts):
+            return np.empty(0, dtype=dtype), parts  # nothing ready: no copy
         allp = np.concatenate(parts) if len(parts) > 1 else parts[0]
         if horizon is None:
             ready, rest = allp, []
         else:
             mask = allp["start"] < horizon
             ready, rest = allp[mask], ([allp[~mask]] if not mask.all() else [])
-        order = np.argsort(ready["start"], kind="stable")
+        starts = ready["start"]
+        if len(starts) > 1 and not bool((starts[1:] < starts[:-1]).any()):
+            return ready, rest  # in order already (a stable sort would not move a row)
+        order = np.argsort(starts, kind="stable")
         return ready[order], rest
 
     def release(self, horizon: int | None) -> None:
@@ -389,11 +394,15 @@ class ActivityRouter:
             self.sink.add_host(host)  # type: ignore[attr-defined]
         detail, self._detail = self._detail, []
         for d in detail:  # likewise after every phase that starts at or before its rows
-            ready = d.start < horizon if horizon is not None else np.ones(len(d.start), bool)
+            if horizon is None or int(d.start.max()) < horizon:
+                self.sink.add_table_detail(d)  # type: ignore[attr-defined]
+                continue
+            ready = d.start < horizon
             if ready.any():
                 self.sink.add_table_detail(d.take(ready))  # type: ignore[attr-defined]
-            if not ready.all():
                 self._detail.append(d.take(~ready))
+            else:
+                self._detail.append(d)
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],

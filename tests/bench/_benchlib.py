@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import sqlite3
 import statistics
 import subprocess
@@ -51,6 +52,9 @@ class Run:
     returncode: int
     load: float
     timed_out: bool = False
+    #: user + system CPU seconds of the process and the children it waited for (prvstream's
+    #: reader, nsys2prv's ``nsys`` calls): steadier than wall time on a loaded machine
+    cpu_s: float = 0.0
 
 
 def load() -> float:
@@ -76,6 +80,7 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
         warm(warm_first)
     before = load()
     out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    before_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         start = time.perf_counter()
         proc = subprocess.Popen(["nice", "-n", "5", *cmd], cwd=cwd, env=env, stdout=out,
@@ -85,8 +90,10 @@ def run_measured(cmd: list[str], *, cwd: Path | None = None, timeout: float = 36
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]
+    after_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after_cpu.ru_utime - before_cpu.ru_utime) + (after_cpu.ru_stime - before_cpu.ru_stime)
     return Run(wall, peak_kib / 1024, proc.returncode, max(before, load()),
-               timed_out=timed_out)
+               timed_out=timed_out, cpu_s=cpu)
 
 
 def median(values: list[float]) -> float:

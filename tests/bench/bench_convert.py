@@ -67,7 +67,8 @@ def measure(export: Path, label: str, reps: int, work: Path) -> dict[str, object
             out.with_name("out" + ext).unlink(missing_ok=True)
         floor.append(run_measured(floor_cmd, warm_first=export))
         print(f"  {label} {total:,} rows rep {rep + 1}/{reps}: convert {conv[-1].wall_s:.2f} s "
-              f"{conv[-1].peak_rss_mib:.1f} MiB, floor {floor[-1].wall_s:.2f} s, "
+              f"(CPU {conv[-1].cpu_s:.2f} s) {conv[-1].peak_rss_mib:.1f} MiB, "
+              f"floor {floor[-1].wall_s:.2f} s, "
               f"load {max(conv[-1].load, floor[-1].load):.2f}", flush=True)
     wall = median([r.wall_s for r in conv])
     return {
@@ -75,6 +76,8 @@ def measure(export: Path, label: str, reps: int, work: Path) -> dict[str, object
         "prv_mb": size / 1e6, "convert_s": wall, "convert_s_all": [r.wall_s for r in conv],
         "convert_spread": spread([r.wall_s for r in conv]),
         "floor_spread": spread([r.wall_s for r in floor]),
+        "convert_cpu_spread": spread([r.cpu_s for r in conv]),
+        "floor_cpu_spread": spread([r.cpu_s for r in floor]),
         "paired_multiple_of_floor": spread([c.wall_s / f.wall_s
                                             for c, f in zip(conv, floor, strict=True)]),
         "rss_spread": spread([r.peak_rss_mib for r in conv]),
@@ -121,11 +124,13 @@ def main() -> int:
                 export.unlink()
     print("| input | rows | runs | convert s (min–max) | rows/s | records/s | MB/s written | "
           "peak RSS MiB (min–max) | sqlite3 floor s (min–max) | × floor (paired min–max) | "
-          "max load |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU s convert / floor | max load |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         c, f, m, rss = (r["convert_spread"], r["floor_spread"], r["paired_multiple_of_floor"],
                         r["rss_spread"])
+        cc, fc = r["convert_cpu_spread"], r["floor_cpu_spread"]
+        assert isinstance(cc, dict) and isinstance(fc, dict)
         assert isinstance(c, dict) and isinstance(f, dict) and isinstance(m, dict)
         assert isinstance(rss, dict)
         print(f"| {r['input']} | {r['rows']:,} | {r['reps']} | {c['median']:.2f} "
@@ -133,7 +138,8 @@ def main() -> int:
               f"{r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | {rss['max']:.1f} "
               f"({rss['min']:.1f}–{rss['max']:.1f}) | {f['median']:.2f} "
               f"({f['min']:.2f}–{f['max']:.2f}) | {r['multiple_of_floor']:.2f} "
-              f"({m['min']:.2f}–{m['max']:.2f}) | {r['max_load']:.2f} |")
+              f"({m['min']:.2f}–{m['max']:.2f}) | {cc['median']:.2f} / {fc['median']:.2f} | "
+              f"{r['max_load']:.2f} |")
     for generator in {str(r["input"]) for r in results}:
         mine = [r for r in results if r["input"] == generator]
         if len(mine) >= 2:

@@ -18,7 +18,8 @@ exports small enough that reading them is nothing, a conversion's wall time beyo
 
 Usage: ``python tests/bench/compare_nsys2prv.py [--sizes 10000,100000,1000000] [--reps 5]
 [--pipeline 180000] [--dir DIR] [--json OUT]``. Needs network access to PyPI once (the venv
-is cached in ``--venv``, default ``~/.cache/prvstream-bench/nsys2prv-0.5.8``) and the
+is cached in ``--venv``, default ``$PRVSTREAM_COMPAT_CACHE/nsys2prv-0.5.8``, i.e.
+``~/.cache/prvstream-compat/nsys2prv-0.5.8``, shared with tests/compat) and the
 ``sqlite3`` shell.
 """
 
@@ -141,9 +142,10 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
         ran_n2p = len(runs["nsys2prv"]) == rep + 1
         runs["floor"].append(run_measured(floor_cmd, timeout=timeout, warm_first=export))
         n2p_s = f"{runs['nsys2prv'][-1].wall_s:.2f} s" if ran_n2p else "skipped"
-        print(f"  {label} rep {rep + 1}/{reps}: prvstream {runs['prvstream'][-1].wall_s:.2f} s, "
-              f"nsys2prv {n2p_s}, floor {runs['floor'][-1].wall_s:.3f} s, "
-              f"load {runs['floor'][-1].load:.2f}", flush=True)
+        print(f"  {label} rep {rep + 1}/{reps}: prvstream {runs['prvstream'][-1].wall_s:.2f} s "
+              f"(CPU {runs['prvstream'][-1].cpu_s:.2f} s), nsys2prv {n2p_s}, "
+              f"floor {runs['floor'][-1].wall_s:.3f} s, load {runs['floor'][-1].load:.2f}",
+              flush=True)
     bad = [r for r in runs["prvstream"] if r.returncode != 0]
     if bad:
         raise SystemExit(f"prvstream convert failed on {export}; see {case / 'prvstream.log'}")
@@ -163,6 +165,7 @@ def compare(export: Path, label: str, reps: int, work: Path, n2p: Path, bindir: 
         "export": label, "rows": total, "reps": {k: len(v) for k, v in runs.items()},
         "median_s": med, "peak_rss_mib": rss,
         "spread_s": {k: spread([r.wall_s for r in v]) for k, v in runs.items()},
+        "cpu_s": {k: spread([r.cpu_s for r in v]) for k, v in runs.items()},
         "paired_speedup": spread(paired), "paired_multiple_of_floor": spread(floor_paired),
         "beyond_floor_s": spread([p.wall_s - f.wall_s for p, f in zip(
             runs["prvstream"], runs["floor"], strict=True)]),
@@ -195,12 +198,14 @@ def _range(sp: object, spec: str) -> str:
 
 def table(results: list[dict[str, object]]) -> str:
     lines = ["| export | rows | prvstream s (min–max) | nsys2prv s (min–max) | floor s | "
-             "speedup (paired min–max) | × floor (paired min–max) | RSS prvstream MiB | "
-             "RSS nsys2prv MiB | events equal | runs (p/n/f) | max load |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+             "speedup (paired min–max) | × floor (paired min–max) | CPU s prvstream / "
+             "nsys2prv / floor | RSS prvstream MiB | RSS nsys2prv MiB | events equal | "
+             "runs (p/n/f) | max load |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
     for r in results:
-        sp, rss, reps = r["spread_s"], r["peak_rss_mib"], r["reps"]
+        sp, rss, reps, cpu = r["spread_s"], r["peak_rss_mib"], r["reps"], r["cpu_s"]
         assert isinstance(sp, dict) and isinstance(rss, dict) and isinstance(reps, dict)
+        assert isinstance(cpu, dict)
         ev = r["events_match"]
         events = ("yes" if ev else "NO" if ev is not None else "—") + (
             "" if r["prvstream_matches_export"] else " (prvstream≠export)")
@@ -215,7 +220,9 @@ def table(results: list[dict[str, object]]) -> str:
             f"| {r['export']} | {r['rows']:,} | {_range(sp['prvstream'], '.3f')} | "
             f"{_range(sp['nsys2prv'], '.2f')}{note} | {fmt(sp['floor']['median'], '.3f')} | "
             f"{speed} | {fmt(r['multiple_of_floor'], '.2f')} ({fmt(pf['min'], '.2f')}–"
-            f"{fmt(pf['max'], '.2f')}) | {fmt(rss['prvstream'], '.0f')} | "
+            f"{fmt(pf['max'], '.2f')}) | {fmt(cpu['prvstream']['median'], '.2f')} / "
+            f"{fmt(cpu['nsys2prv']['median'], '.2f')} / {fmt(cpu['floor']['median'], '.3f')} | "
+            f"{fmt(rss['prvstream'], '.0f')} | "
             f"{fmt(rss['nsys2prv'], '.0f')} | {events} | "
             f"{reps['prvstream']}/{reps['nsys2prv']}/{reps['floor']} | "
             f"{fmt(r['max_load'], '.2f')} |")
@@ -245,8 +252,10 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-real", action="store_true", help="skip the real exports")
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
-    parser.add_argument("--venv", default=str(Path.home() / ".cache" / "prvstream-bench" /
-                                              "nsys2prv-0.5.8"))
+    parser.add_argument("--venv", default=str(Path(os.environ.get(
+        "PRVSTREAM_COMPAT_CACHE", str(Path.home() / ".cache" / "prvstream-compat")))
+        / "nsys2prv-0.5.8"), help="nsys2prv's virtual environment (default: the one the "
+                                  "compatibility tests cache; created when missing)")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="give up on a single run after this many seconds")
     parser.add_argument("--slow", type=float, default=float("inf"),

@@ -12,20 +12,39 @@ from prvstream.daemon.kinds.base import KindSource
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import quote_identifier as _q
 from prvstream.daemon.nsys.exportbase import memoized
-from prvstream.daemon.nsys.exportmeta import I64_MAX, I64_MIN
 from prvstream.daemon.nsys.exportnames import ExportNames
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["BOUND_MARGIN_NS", "CLOCK_SLACK_NS", "ExportClock"]
+__all__ = [
+    "BOUND_MARGIN_NS",
+    "CLOCK_SLACK_NS",
+    "MAX_SESSION_NS",
+    "SANE_NS",
+    "SESSION_MARGIN_NS",
+    "ExportClock",
+    "session_margin",
+]
 
 log = get_logger(__name__)
 
 #: events may precede the recorded session start by this much and still trust systemClockNs
 CLOCK_SLACK_NS: Final = 1_000_000_000
+#: after the session's recorded end, rows are trusted for this much plus a tenth of its length
+SESSION_MARGIN_NS: Final = 60 * 1_000_000_000
+#: a recorded session length beyond this (a year) is not believed: the sampled bound is used
+MAX_SESSION_NS: Final = 366 * 86_400 * 1_000_000_000
+#: no time beyond +-2^62 ns (146 years) on an export's clock is trusted, so that wall-clock
+#: sums (``time + wall_offset_ns``) never leave int64
+SANE_NS: Final = 2**62
 #: rows sampled per table (evenly by rowid) to find where the bulk of an export's times lie
 _SAMPLES: Final = 65
-#: a row is trusted within this much of the sampled median time (see ``Export.time_bound``)
+#: without a recorded session length, a row is trusted within this much of the sampled median
 BOUND_MARGIN_NS: Final = 7 * 86_400 * 1_000_000_000
+
+
+def session_margin(duration_ns: int) -> int:
+    """How long after the recorded end of a session of ``duration_ns`` rows are trusted."""
+    return SESSION_MARGIN_NS + duration_ns // 10
 
 
 class ExportClock(ExportNames):
@@ -37,7 +56,8 @@ class ExportClock(ExportNames):
 
     @memoized
     def _session_clock(self) -> tuple[int | None, int | None]:
-        """(utcEpochNs, systemClockNs) of TARGET_INFO_SESSION_START_TIME, where present."""
+        """(utcEpochNs, systemClockNs) of TARGET_INFO_SESSION_START_TIME, where present and
+        plausible (``_clock``)."""
         if not self.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
             return None, None
         cols = "utcEpochNs, " + ("systemClockNs" if self.has(
@@ -46,52 +66,98 @@ class ExportClock(ExportNames):
             f"SELECT {cols} FROM TARGET_INFO_SESSION_START_TIME LIMIT 1").fetchone()
         if row is None:
             return None, None
-        return (None if row[0] is None else int(row[0]), None if row[1] is None else int(row[1]))
+        utc, sysclk = (None if v is None else int(v) for v in row)
+        return _clock(utc, "utcEpochNs", self), _clock(sysclk, "systemClockNs", self)
 
-    def _anchor(self) -> tuple[str, int]:
-        """(clock anchor, session start on the export's clock): ``systemClockNs`` is on the
-        events' clock unless it follows the bulk of them (the sampled median, plus the slack),
-        so that one hostile early row cannot move the anchor."""
-        utc, sysclk = self._session_clock()
-        self.time_bound()
-        mid = self._memo.get("median")
-        if utc is not None and sysclk is not None and (
-                mid is None or sysclk <= int(mid) + CLOCK_SLACK_NS):
-            return "system_clock", sysclk
-        return ("session_start", 0) if utc is not None else ("none", 0)
+    @memoized
+    def session_duration(self) -> int | None:
+        """The session's recorded length (``ANALYSIS_DETAILS.duration``, else ``stopTime -
+        startTime``), or None where the export lacks it or it is not a length (<= 0, > a year).
 
-    def time_bound(self) -> tuple[int, int]:
-        """The times trusted on the export's clock: within ``BOUND_MARGIN_NS`` of the median
-        of rows sampled evenly (by rowid) from every data table.
-
-        Nothing before the session start either (less 1 s of slack). Not min/max, which one
-        hostile value widens (``end = INT64_MAX``); not
-        ``ANALYSIS_DETAILS``, which is on another clock in some real exports. The median
-        holds while fewer than half the sampled rows are hostile; a real session longer than
-        the margin on either side of its median would lose its far rows (counted).
+        Only the length: ``startTime``/``stopTime`` themselves are on another clock in some
+        real exports (the 2026.1 sample's events lie 515,395 s before its ``startTime``).
         """
-        found = self._memo.get("time_bound")
-        if found is None:
-            samples: list[int] = []
-            seen: set[str] = set()
-            for kind in TABLE_KINDS:
-                for src in self.sources(kind):
-                    if src.table not in seen:
-                        seen.add(src.table)
-                        samples.extend(self._sample_starts(src))
-            if not samples:
-                found = (I64_MIN, I64_MAX)
-            else:
-                mid = self._memo["median"] = sorted(samples)[len(samples) // 2]
-                found = (max(I64_MIN, mid - BOUND_MARGIN_NS),
-                         min(I64_MAX, mid + BOUND_MARGIN_NS))
-            self._memo["time_bound"] = found
-            anchor, session = self._anchor()
+        t = "ANALYSIS_DETAILS"
+        if self.has(t, "duration"):
+            length = f"COALESCE(duration, {_stop_minus_start(self, t)})"
+        else:
+            length = _stop_minus_start(self, t)
+        if length == "NULL":
+            return None
+        try:
+            found = [_int_or_none(v) for (v,) in self._con.execute(
+                f"SELECT {length} FROM {t} LIMIT 16")]
+        except sqlite3.Error:  # text or overflow in the table: not a length
+            return None
+        good = [v for v in found if v is not None and 0 < v <= MAX_SESSION_NS]
+        return max(good) if good else None
+
+    @memoized
+    def _samples(self) -> list[int]:
+        """Start times sampled evenly (by rowid) from every data table, sorted."""
+        samples: list[int] = []
+        seen: set[str] = set()
+        for kind in TABLE_KINDS:
+            for src in self.sources(kind):
+                if src.table not in seen:
+                    seen.add(src.table)
+                    samples.extend(self._sample_starts(src))
+        return sorted(samples)
+
+    @memoized
+    def _anchor(self) -> tuple[str, int]:
+        """(clock anchor, session start on the export's clock).
+
+        ``systemClockNs`` is the events' clock unless the events count from the session start
+        instead: with a recorded session length, whichever of the two sessions holds more of
+        the sampled starts wins (a tie: ``systemClockNs``); rows outside both do not vote, so
+        hostile values cannot move the anchor. Without one (or with no vote at all),
+        ``systemClockNs`` is ignored when it follows the sampled median by more than the slack.
+        """
+        utc, sysclk = self._session_clock()
+        if utc is None:
+            return "none", 0
+        if sysclk is None:
+            return "session_start", 0
+        samples = self._samples()
+        duration = self.session_duration()
+        if duration is not None:
+            on_clock = sum(1 for s in samples if _inside(s, sysclk, duration))
+            from_zero = sum(1 for s in samples if _inside(s, 0, duration))
+            if on_clock or from_zero:
+                return ("system_clock", sysclk) if on_clock >= from_zero else ("session_start", 0)
+        if not samples or sysclk <= samples[len(samples) // 2] + CLOCK_SLACK_NS:
+            return "system_clock", sysclk
+        return "session_start", 0
+
+    @memoized
+    def time_bound(self) -> tuple[int, int]:
+        """The times trusted on the export's clock.
+
+        With a recorded session length (``session_duration``) and start (``_anchor``): from
+        the session start less 1 s of slack to its end plus ``session_margin`` (60 s and a
+        tenth of the length), unless no sampled row lies in it (then the length is not about
+        these events). Otherwise within ``BOUND_MARGIN_NS`` (7 days) of the median of the
+        sampled starts, and not before the session start less the slack: this holds while
+        fewer than half the sampled rows are hostile, and loses the far rows (counted) of a
+        session longer than 7 days on either side of its median. Never beyond +-``SANE_NS``.
+        Not min/max, which one hostile value widens (``end = INT64_MAX``).
+        """
+        anchor, session = self._anchor()
+        duration = self.session_duration()
+        samples = self._samples()
+        if duration is not None and anchor != "none" and (
+                not samples or any(_inside(s, session, duration) for s in samples)):
+            lo = session - CLOCK_SLACK_NS
+            hi = session + duration + session_margin(duration)
+        elif samples:
+            mid = samples[len(samples) // 2]
+            lo, hi = mid - BOUND_MARGIN_NS, mid + BOUND_MARGIN_NS
             if anchor != "none":  # nothing before the session start, less the anchor's slack
-                found = (max(found[0], session - CLOCK_SLACK_NS), found[1])
-                self._memo["time_bound"] = found
-        bound: tuple[int, int] = found
-        return bound
+                lo = max(lo, session - CLOCK_SLACK_NS)
+        else:
+            lo, hi = -SANE_NS, SANE_NS
+        return max(lo, -SANE_NS), min(hi, SANE_NS)
 
     def _sample_starts(self, src: KindSource) -> list[int]:
         """Start times of up to ``_SAMPLES`` rows spread evenly over the table's rowids."""
@@ -106,3 +172,27 @@ class ExportClock(ExportNames):
         except sqlite3.OperationalError:  # a table without rowid: not sampled
             return []
         return [int(v) for (v,) in rows if isinstance(v, int)]
+
+
+def _clock(value: int | None, name: str, export: ExportNames) -> int | None:
+    """A session clock reading, or None where it cannot be one (negative, or 2^62 ns and
+    beyond): ``utcEpochNs - systemClockNs`` and every time plus it then stay in int64."""
+    if value is None or 0 <= value < SANE_NS:
+        return value
+    log.debug("session_clock_ignored", path=str(export.path), column=name, value=value)
+    return None
+
+
+def _inside(t: int, start: int, duration: int) -> bool:
+    """Whether ``t`` lies in the session from ``start`` lasting ``duration``, with margins."""
+    return start - CLOCK_SLACK_NS <= t <= start + duration + session_margin(duration)
+
+
+def _stop_minus_start(export: ExportNames, table: str) -> str:
+    if export.has(table, "stopTime") and export.has(table, "startTime"):
+        return "stopTime - startTime"
+    return "NULL"
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None

@@ -156,6 +156,9 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
             if len(paths) > 1:
                 rep.close()  # connections reopen one fan-in group at a time
             reports.append(rep)
+    if not reports and len(failed) == 1:  # one input refused: its reason is the one line
+        path_text, reason = failed[0]
+        raise NotAnExport(reason if Path(path_text).name in reason else f"{path_text}: {reason}")
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason,
                   message=f"skipped {path_text}: {reason}")

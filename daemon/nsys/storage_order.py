@@ -25,7 +25,10 @@ def block_bounds(con: sqlite3.Connection, table: str, start: str, where: str = "
 
     ``table`` and ``start`` are quoted identifiers, ``where`` an SQL condition or "".
     """
-    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+    # one subquery each: SQLite then reads both ends of the b-tree (MIN and MAX in one
+    # SELECT scan the whole table)
+    lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
+                         f"(SELECT MAX(rowid) FROM {table})").fetchone()
     if lo is None:
         return []
     cond = f" AND ({where})" if where else ""

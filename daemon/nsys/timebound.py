@@ -164,10 +164,13 @@ class ExportClock(ExportNames):
         t = _q(src.table)
         steps = ",".join(f"({k})" for k in range(_SAMPLES))
         where = f" AND ({src.where})" if src.where else ""
-        try:  # one statement: the rowid range, and the rows at evenly spaced rowids
+        try:  # one statement: the rowid range, and the rows at evenly spaced rowids (MIN and
+            # MAX of rowid each in a subquery of its own: two b-tree descents; together in
+            # one SELECT they scan the whole table)
             rows = self._con.execute(
                 f"SELECT {_q(src.start)} FROM {t} WHERE rowid IN (SELECT lo + (hi - lo) * k / "
-                f"{_SAMPLES - 1} FROM (SELECT MIN(rowid) AS lo, MAX(rowid) AS hi FROM {t}), "
+                f"{_SAMPLES - 1} FROM (SELECT (SELECT MIN(rowid) FROM {t}) AS lo, "
+                f"(SELECT MAX(rowid) FROM {t}) AS hi), "
                 f"(SELECT column1 AS k FROM (VALUES {steps}))){where}").fetchall()
         except sqlite3.OperationalError:  # a table without rowid: not sampled
             return []

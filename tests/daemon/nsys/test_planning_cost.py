@@ -51,3 +51,23 @@ def test_each_table_is_probed_once_and_the_schema_once_per_version(
     assert not [s for s in text if re.match(rf'SELECT COUNT\(\*\) FROM "({"|".join(counted)})"',
                                             s)]
     assert sum(s.startswith(("PRAGMA query_only",)) for s in text) == 1  # one connection
+
+
+def test_the_rowid_range_is_read_from_the_btree_ends(statements: list[str],
+                                                      tmp_path: Path) -> None:
+    """Sampling start times (trusted times) and bounding a table's disorder (storage order)
+    need its least and greatest rowid: SQLite reads them from the b-tree's two ends when each
+    is a subquery of its own, and scans the whole table when they share one SELECT."""
+    (export,) = write_job(tmp_path / "src", SynthSpec(ranks=1, steps=2, nsys_version="2026.2"))
+    settings = load_settings(None, {"log_level": "error", "reader": False}, environ={})
+    convert([str(export)], tmp_path / "out", settings)
+    ranged = [s for s in statements if "MIN(rowid)" in s]
+    assert ranged  # both users ran here (no reader process)
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    try:
+        for sql in ranged:
+            plan = [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + sql)]
+            scans = [p for p in plan if re.match(r"SCAN (?!\(|(\d+ )?CONSTANT)", p)]
+            assert not scans, (sql, plan)
+    finally:
+        con.close()

@@ -82,9 +82,9 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
                     ) -> tuple[ConvertResult, list[tuple[str, str]]]:
     """Convert ``paths`` into ``out``.prv/.pcf/.row on the cluster, canonically numbered.
 
-    ``model`` gets every report's GPU activity in canonical report order (``on_model`` runs
-    after each report); ``thread_last`` is filled as ``batch.write_trace`` fills it. Returns
-    the result and the inputs that could not be planned, with why.
+    ``model`` gets every report's GPU activity in canonical report order, as one group
+    (``on_model`` runs after it); ``thread_last`` is filled as ``batch.write_trace`` fills
+    it. Returns the result and the inputs that could not be planned, with why.
     """
     started = time.perf_counter()
     facts, failed = _plan_all(client, paths, settings)
@@ -228,6 +228,7 @@ def _replay(done: list[ConvertDone], model: EfficiencyModel,
             on_model: Callable[[EfficiencyModel], None] | None) -> None:
     from prvstream.daemon.stream.spool import ReportSpool
 
+    model.hold_updates()  # converted together: one summary update, as ``batch.convert``
     for d in done:  # canonical report order
         if d.spool is None:
             continue
@@ -236,8 +237,9 @@ def _replay(done: list[ConvertDone], model: EfficiencyModel,
             spool.replay(model)
         finally:
             spool.discard()
-        if on_model is not None:
-            on_model(model)
+    model.release_updates()
+    if on_model is not None:
+        on_model(model)
 
 
 def convert_dask(client: Any, inputs: Iterable[str], out: Path, settings: Settings,

@@ -138,8 +138,10 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
-    tables and replayed into the efficiency model in canonical report order afterwards; its
-    records stream into ``summary_jsonl`` as each report ends (else they are dropped).
+    tables and replayed into the efficiency model in canonical report order afterwards. The
+    reports are committed together, so they make one summary update (a group commit,
+    ``EfficiencyModel.hold_updates``): its records stream into ``summary_jsonl`` (else they
+    are dropped), built once whatever the number of reports.
     """
     paths, failed = expand_inputs(inputs)
     reports: list[PreparedReport] = []
@@ -179,10 +181,11 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     try:
         result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
         if model is not None and spools:
+            model.hold_updates()  # converted together: one update (issue 11)
             for rep in sorted(reports, key=lambda r: r.sort_key):
                 spools[rep.path].replay(model)
-                history.publish_updates(model)
-        elif model is not None:
+            model.release_updates()
+        if model is not None:
             history.publish_updates(model)
         history.commit()
     finally:

@@ -158,6 +158,11 @@ class Export(ExportClock):
             return None
         return (int(n), int(least), max(int(last), int(most)))
 
+    def known_rows(self, table: str, where: str = "") -> int | None:
+        """Rows of ``table`` (matching ``where``) if counted already (planning counts every
+        data table), else None: never a query."""
+        return self._counts.get((table, where))
+
     def count_rows(self, table: str, where: str = "") -> int:
         """Rows of ``table`` (matching ``where``), counted once per export."""
         key = (table, where)

@@ -112,8 +112,10 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
     window = 0
     plan = scan_plan(export, kind) if presort else None
     if plan is not None:
-        try:
-            window = reorder_window(export.connection, plan[1], plan[2], plan[3])
+        known = export.known_rows(spec.sources(export)[0].table, plan[3])
+        try:  # a table planned to fit in one chunk is held whole: no bounds to read
+            window = chunk_rows if known is not None and 0 < known <= chunk_rows else \
+                reorder_window(export.connection, plan[1], plan[2], plan[3])
         except sqlite3.DatabaseError:
             window = 0  # the ordered query reports the damage
         if 0 < window <= reorder_buffer.MAX_WINDOW:

@@ -12,7 +12,7 @@
 Every measured command runs in a child process (``_benchlib.run_measured``: wall time, peak
 RSS of the process and its children, Dask's workers included).
 
-Usage: ``python tests/bench/bench_scale.py many [--reports 400]``,
+Usage: ``python tests/bench/bench_scale.py many [--reports 400] [--reps 3] [--fan-in N]``,
 ``... daemon [--reports 1000] [--dask SPEC]``,
 ``... dask [--ranks 16] [--rows 1000000] [--spec local:2]``; ``--dir DIR`` keeps the inputs,
 ``--json OUT`` writes the numbers.
@@ -74,20 +74,34 @@ def _records(prv: Path) -> int:
 
 
 def bench_many(args: argparse.Namespace, work: Path) -> dict[str, object]:
-    small = _small_job(work / "many", args.reports)
+    """Paired, interleaved runs (small, big, small, big, ...): medians, and the range of the
+    per-pair ratios (other work on the machine moves both of a pair alike)."""
+    small = _small_job(work / f"many-{args.reports}", args.reports)
     rows = sum(sum(export_rows(p).values()) for p in small[:5]) // 5 * args.reports
     big = synth_export(work / f"big-{rows}.sqlite", rows)
-    t_small, _ = _convert([str(small[0].parent)], work / "out-many", work / "many.log")
+    extra = ("--fan-in", str(args.fan_in)) if args.fan_in else ()
+    t_small: list[float] = []
+    t_big: list[float] = []
+    loads: list[float] = []
+    for _ in range(args.reps):
+        loads.append(load())
+        t_small.append(_convert([str(small[0].parent)], work / "out-many", work / "many.log",
+                                *extra)[0])
+        t_big.append(_convert([str(big)], work / "out-big", work / "big.log")[0])
     n_small = _records(work / "out-many.prv")
-    t_big, _ = _convert([str(big)], work / "out-big", work / "big.log")
     n_big = _records(work / "out-big.prv")
-    per_small, per_big = t_small / n_small * 1e6, t_big / n_big * 1e6
-    return {"reports": args.reports, "records_many": n_small, "records_one": n_big,
-            "seconds_many": round(t_small, 2), "seconds_one": round(t_big, 2),
-            "us_per_record_many": round(per_small, 2), "us_per_record_one": round(per_big, 2),
-            "ratio": round(per_small / per_big, 2),
-            "fixed_ms_per_report": round((t_small - n_small * t_big / n_big) / args.reports
-                                         * 1e3, 1), "load": round(load(), 2)}
+    per = n_big / n_small
+    pairs = sorted(a / b * per for a, b in zip(t_small, t_big, strict=True))
+    ms, mb = statistics.median(t_small), statistics.median(t_big)
+    return {"reports": args.reports, "reps": args.reps, "records_many": n_small,
+            "records_one": n_big, "seconds_many": round(ms, 2), "seconds_one": round(mb, 2),
+            "seconds_many_all": [round(t, 2) for t in t_small],
+            "seconds_one_all": [round(t, 2) for t in t_big],
+            "us_per_record_many": round(ms / n_small * 1e6, 2),
+            "us_per_record_one": round(mb / n_big * 1e6, 2),
+            "ratio": round(ms / mb * per, 2), "ratio_pairs": [round(r, 2) for r in pairs],
+            "fixed_ms_per_report": round((ms - n_small * mb / n_big) / args.reports * 1e3, 1),
+            "load": [round(x, 2) for x in loads]}
 
 
 def _vm_hwm_mib(pid: int) -> float:
@@ -180,6 +194,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=16)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--spec", default="local:2")
+    parser.add_argument("--reps", type=int, default=3, help="many: paired runs (medians)")
+    parser.add_argument("--fan-in", type=int, default=0, help="many: convert --fan-in N")
     parser.add_argument("--dask", default="", help="daemon: run it with --dask SPEC")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--dir", help="work directory (kept; inputs reused)")

@@ -71,3 +71,21 @@ def test_the_rowid_range_is_read_from_the_btree_ends(statements: list[str],
             assert not scans, (sql, plan)
     finally:
         con.close()
+
+
+def test_tables_that_fit_in_a_chunk_are_read_without_their_block_bounds(
+        statements: list[str], tmp_path: Path) -> None:
+    """Planning counted every table: one that fits in a chunk is held whole by the reorder
+    buffer, so its storage-order scan needs no per-block bounds; a larger one still reads
+    them. The trace is the same either way."""
+    (export,) = write_job(tmp_path / "src", SynthSpec(ranks=1, steps=3))
+    traces = []
+    for chunk in (20_000, 64):
+        settings = load_settings(None, {"log_level": "error", "reader": False,
+                                        "chunk_rows": chunk}, environ={})
+        statements.clear()
+        convert([str(export)], tmp_path / f"t{chunk}", settings)
+        bounds = [s for s in statements if "rowid BETWEEN" in s]
+        assert bool(bounds) == (chunk == 64), chunk
+        traces.append((tmp_path / f"t{chunk}.prv").read_bytes())
+    assert traces[0] == traces[1]

@@ -173,12 +173,29 @@ def _pieces(batch: RecordBatch, watermark: int, size: int) -> Iterator[tuple[Rec
         yield RecordBatch(batch.keys[lo:hi], batch.fields[lo:hi], batch.tmpl[lo:hi]), mark
 
 
+#: records a run file's frame gathers (merges yield many small batches; one frame each would
+#: make the pickling and the next pass's merge pay per batch, not per record)
+RUN_FRAME = 4096
+
+
 def _write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
-    """Spill a merged stream to a temporary run file (our own pickle frames)."""
+    """Spill a merged stream to a temporary run file (our own pickle frames of at least
+    ``RUN_FRAME`` records but the last; a frame carries the watermark of its last batch)."""
     fd, name = tempfile.mkstemp(prefix="run-", suffix=".bin", dir=directory)
+    held: list[RecordBatch] = []
+    count = 0
     with os.fdopen(fd, "wb") as fh:
         for batch, watermark in batches:
-            pickle.dump((batch.keys, batch.fields, batch.tmpl, watermark), fh, protocol=5)
+            if len(batch):
+                held.append(batch)
+                count += len(batch)
+            if count >= RUN_FRAME:
+                frame = held[0] if len(held) == 1 else RecordBatch.concat(held)
+                pickle.dump((frame.keys, frame.fields, frame.tmpl, watermark), fh, protocol=5)
+                held, count = [], 0
+        if held:
+            frame = held[0] if len(held) == 1 else RecordBatch.concat(held)
+            pickle.dump((frame.keys, frame.fields, frame.tmpl, int(_DONE)), fh, protocol=5)
     return Path(name)
 
 

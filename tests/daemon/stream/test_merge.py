@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvstream.daemon.stream import merge as merge_module
 from prvstream.daemon.stream.merge import (
     PRIO_BEGIN,
     PRIO_END,
@@ -77,12 +79,16 @@ def test_merge_is_sorted_and_lossless(streams: list[list[tuple[int, int]]], chun
 
 
 @settings(max_examples=60, deadline=None)
-@given(_INTERVALS, st.integers(1, 5), st.integers(2, 3))
-def test_bounded_fan_in_equals_single_merge(streams, chunk: int, fan_in: int) -> None:
+@given(_INTERVALS, st.integers(1, 5), st.integers(2, 3), st.sampled_from([1, 3, 4096]))
+def test_bounded_fan_in_equals_single_merge(streams, chunk: int, fan_in: int,
+                                            frame: int) -> None:
+    """Multi-pass merges through run files whose frames gather ``frame`` records."""
     sink: list[int] = []
     one = _drain(merge([_stream(i, s, chunk, sink) for i, s in enumerate(streams)]))
-    many = _drain(merge_bounded([_stream(i, s, chunk, sink) for i, s in enumerate(streams)],
-                                fan_in))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(merge_module, "RUN_FRAME", frame)
+        many = _drain(merge_bounded([_stream(i, s, chunk, sink)
+                                     for i, s in enumerate(streams)], fan_in))
     assert one[0] == many[0]
     assert one[1] == many[1]
 

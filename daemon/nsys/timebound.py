@@ -95,14 +95,11 @@ class ExportClock(ExportNames):
     @memoized
     def _samples(self) -> list[int]:
         """Start times sampled evenly (by rowid) from every data table, sorted."""
-        samples: list[int] = []
-        seen: set[str] = set()
+        seen: dict[str, KindSource] = {}
         for kind in TABLE_KINDS:
             for src in self.sources(kind):
-                if src.table not in seen:
-                    seen.add(src.table)
-                    samples.extend(self._sample_starts(src))
-        return sorted(samples)
+                seen.setdefault(src.table, src)
+        return sorted(self._sample_all(list(seen.values())))
 
     @memoized
     def _anchor(self) -> tuple[str, int]:
@@ -159,22 +156,38 @@ class ExportClock(ExportNames):
             lo, hi = -SANE_NS, SANE_NS
         return max(lo, -SANE_NS), min(hi, SANE_NS)
 
+    def _sample_all(self, sources: list[KindSource]) -> list[int]:
+        """``_sample_starts`` of every table in one statement (a statement per table only
+        when one of them cannot be sampled)."""
+        if not sources:
+            return []
+        try:
+            rows = self._con.execute(" UNION ALL ".join(
+                f"SELECT * FROM ({_sample_sql(src)})" for src in sources)).fetchall()
+        except sqlite3.OperationalError:
+            return [v for src in sources for v in self._sample_starts(src)]
+        return [int(v) for (v,) in rows if isinstance(v, int)]
+
     def _sample_starts(self, src: KindSource) -> list[int]:
         """Start times of up to ``_SAMPLES`` rows spread evenly over the table's rowids."""
-        t = _q(src.table)
-        steps = ",".join(f"({k})" for k in range(_SAMPLES))
-        where = f" AND ({src.where})" if src.where else ""
-        try:  # one statement: the rowid range, and the rows at evenly spaced rowids (MIN and
-            # MAX of rowid each in a subquery of its own: two b-tree descents; together in
-            # one SELECT they scan the whole table)
-            rows = self._con.execute(
-                f"SELECT {_q(src.start)} FROM {t} WHERE rowid IN (SELECT lo + (hi - lo) * k / "
-                f"{_SAMPLES - 1} FROM (SELECT (SELECT MIN(rowid) FROM {t}) AS lo, "
-                f"(SELECT MAX(rowid) FROM {t}) AS hi), "
-                f"(SELECT column1 AS k FROM (VALUES {steps}))){where}").fetchall()
+        try:
+            rows = self._con.execute(_sample_sql(src)).fetchall()
         except sqlite3.OperationalError:  # a table without rowid: not sampled
             return []
         return [int(v) for (v,) in rows if isinstance(v, int)]
+
+
+def _sample_sql(src: KindSource) -> str:
+    """One statement: the rowid range, and the starts of the rows at evenly spaced rowids
+    (MIN and MAX of rowid each in a subquery of its own: two b-tree descents; together in one
+    SELECT they scan the whole table)."""
+    t = _q(src.table)
+    steps = ",".join(f"({k})" for k in range(_SAMPLES))
+    where = f" AND ({src.where})" if src.where else ""
+    return (f"SELECT {_q(src.start)} FROM {t} WHERE rowid IN (SELECT lo + (hi - lo) * k / "
+            f"{_SAMPLES - 1} FROM (SELECT (SELECT MIN(rowid) FROM {t}) AS lo, "
+            f"(SELECT MAX(rowid) FROM {t}) AS hi), "
+            f"(SELECT column1 AS k FROM (VALUES {steps}))){where}")
 
 
 def _clock(value: int | None, name: str, export: ExportNames) -> int | None:

@@ -28,7 +28,7 @@ import msgspec
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds.bounds import note_hostile
-from prvstream.daemon.scale.runs import RunInfo, remove_run, split_times
+from prvstream.daemon.scale.runs import RunInfo, range_extents, remove_run, split_times
 from prvstream.daemon.scale.tasks import (
     ConvertDone,
     ConvertTask,
@@ -176,36 +176,39 @@ def _write_ranges(client: Any, runs: list[RunInfo], scratch: Path, prv: Path, he
         ranges = max(ranges, 2 * _workers(client))
     cuts = split_times(runs, ranges)
     bounds = list(zip([None, *cuts], [*cuts, None], strict=True))
+    extents = range_extents(runs, cuts)
     refs = [(r.base, r.records) for r in runs]
-    futures = [client.submit(merge_range_task, refs, lo, hi, str(scratch / f"range-{k:06d}"),
-                             pure=False, retries=_RETRIES, key=f"range-{k}-{id(bounds)}")
-               for k, (lo, hi) in enumerate(bounds)]
     fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
     tmp = Path(tmp_name)
     os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
+    futures: list[Any] = []
+    began = time.perf_counter()
     written = size = 0
-    copying = 0.0  # the coordinator's own work: appending bytes
     try:
+        # the trace sized first: every range worker writes its bytes in place at its offset
         with os.fdopen(fd, "wb") as fh:
             fh.write(header)
-            for k, future in enumerate(futures):  # in time order, as each is ready
-                records, nbytes = future.result()
-                began = time.perf_counter()
-                part = scratch / f"range-{k:06d}"
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, fh, 1 << 20)
-                part.unlink()
-                copying += time.perf_counter() - began
-                written += records
-                size += nbytes
-                if progress is not None:
-                    progress(written, total)
-            began = time.perf_counter()
-            fh.flush()
+            fh.truncate(len(header) + sum(n for _, n in extents))
+        at = len(header)
+        for k, ((lo, hi), (_, nbytes)) in enumerate(zip(bounds, extents, strict=True)):
+            futures.append(client.submit(merge_range_task, refs, lo, hi, str(tmp), at,
+                                         pure=False, retries=_RETRIES,
+                                         key=f"range-{k}-{id(bounds)}"))
+            at += nbytes
+        for future, (_, nbytes) in zip(futures, extents, strict=True):  # in time order
+            records, got = future.result()
+            if got != nbytes:
+                raise RuntimeError(f"a range merge wrote {got} bytes, its runs hold {nbytes}")
+            written += records
+            size += got
+            if progress is not None:
+                progress(written, total)
+        waited = time.perf_counter() - began
+        with tmp.open("rb+") as fh:  # the workers synced their ranges; the header and size
             os.fsync(fh.fileno())
-            copying += time.perf_counter() - began
-        log.info("dask_ranges_appended", ranges=len(futures), records=written, mb=size / 1e6,
-                 append_s=round(copying, 3), mb_per_s=round(size / 1e6 / max(copying, 1e-9), 1))
+        log.info("dask_ranges_written", ranges=len(futures), records=written, mb=size / 1e6,
+                 seconds=round(waited, 3), mb_per_s=round(size / 1e6 / max(waited, 1e-9), 1),
+                 coordinator_copied_mb=0)
         if written != total:
             raise RuntimeError(f"range merges wrote {written} of {total} records")
         os.replace(tmp, prv)

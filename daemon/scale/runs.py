@@ -5,7 +5,9 @@ other (``.time``: int64 record times; ``.key2``: the object and order key column
 ``.offs``: int64 byte offsets of every line, n + 1 of them; ``.txt``: the lines). A range
 merge reads only its slice of every run (binary search on ``.time``), orders the slice by the
 full sort key, and writes the lines: concatenating the ranges in order gives exactly the text
-a single-process merge writes, because the sort key is a total order.
+a single-process merge writes, because the sort key is a total order. Every range's size is
+known from the runs' offsets before it is merged (``range_extents``), so ranges are written
+in place into the trace, each at its own offset.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from prvstream.daemon.stream.merge import KEY_TIME, RecordBatch, sort_order
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["RunInfo", "RunWriter", "merge_range", "remove_run", "split_times"]
+__all__ = ["RunInfo", "RunWriter", "merge_range", "range_extents", "remove_run", "split_times"]
 
 log = get_logger(__name__)
 
@@ -120,10 +122,33 @@ def split_times(runs: list[RunInfo], ranges: int) -> list[int]:
     return sorted({int(c) for c in cuts.tolist()} - {int(times[0])})
 
 
+def range_extents(runs: list[RunInfo], cuts: list[int]) -> list[tuple[int, int]]:
+    """(records, text bytes) of each range the ``cuts`` make (``split_times``), from every
+    run's times and line offsets: where each range lands in the trace, before any merge."""
+    counts = np.zeros(len(cuts) + 1, np.int64)
+    sizes = np.zeros(len(cuts) + 1, np.int64)
+    for run in runs:
+        if not run.records:
+            continue
+        times = np.memmap(run.base + ".time", np.int64, "r", shape=(run.records,))
+        offs = np.memmap(run.base + ".offs", np.int64, "r", shape=(run.records + 1,))
+        at: np.ndarray = np.zeros(len(cuts) + 2, np.int64)
+        at[1:-1] = np.searchsorted(times, np.asarray(cuts, np.int64), side="left")
+        at[-1] = run.records
+        counts += at[1:] - at[:-1]
+        edge = np.asarray(offs[at], np.int64)
+        sizes += edge[1:] - edge[:-1]
+    return list(zip(counts.tolist(), sizes.tolist(), strict=True))
+
+
 def merge_range(runs: list[tuple[str, int]], lo: int | None, hi: int | None,
-                out: str) -> tuple[int, int]:
+                out: str, offset: int | None = None) -> tuple[int, int]:
     """Merge the records with ``lo <= time < hi`` (None: unbounded) of every run
-    ((base, records)) into ``out``, renamed into place; returns (records, bytes)."""
+    ((base, records)) into ``out``, renamed into place; returns (records, bytes).
+
+    With ``offset``, ``out`` is the trace itself (already sized): the range is written in
+    place at ``offset`` and synced, so the coordinator copies nothing; a rerun writes the
+    same bytes again."""
     keys_parts: list[np.ndarray] = []
     starts_parts: list[np.ndarray] = []
     lens_parts: list[np.ndarray] = []
@@ -150,9 +175,11 @@ def merge_range(runs: list[tuple[str, int]], lo: int | None, hi: int | None,
         lens_parts.append(np.diff(offs))
         texts.append(text)
         base_at += len(text)
-    tmp = Path(out + ".part")
+    tmp = Path(out + ".part") if offset is None else Path(out)
     records = 0
-    with tmp.open("wb") as fh:
+    with tmp.open("wb") if offset is None else tmp.open("r+b") as fh:
+        if offset is not None:
+            fh.seek(offset)
         if keys_parts:
             keys = np.concatenate(keys_parts)
             starts = np.concatenate(starts_parts)
@@ -168,6 +195,7 @@ def merge_range(runs: list[tuple[str, int]], lo: int | None, hi: int | None,
                 fh.write(buf[gather].tobytes())
         fh.flush()
         os.fsync(fh.fileno())
-        size = fh.tell()
-    os.replace(tmp, out)
+        size = fh.tell() - (offset or 0)
+    if offset is None:
+        os.replace(tmp, out)
     return records, size

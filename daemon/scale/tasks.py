@@ -167,9 +167,9 @@ def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
 
 
 def merge_range_task(runs: list[tuple[str, int]], lo: int | None, hi: int | None,
-                     out: str) -> tuple[int, int]:
+                     out: str, offset: int | None = None) -> tuple[int, int]:
     """``runs.merge_range`` as a task."""
-    return merge_range(runs, lo, hi, out)
+    return merge_range(runs, lo, hi, out, offset)
 
 
 @dataclass

@@ -6,8 +6,8 @@
   committed against a batch ``convert`` of the same, the append cost against the number of
   tasks already in the trace (first and last tenth), and the daemon's peak RSS.
 - ``dask``: R ranks of ROWS rows each, ``convert`` in one process against ``--dask SPEC``
-  (default ``local:2``), and the coordinator's append bandwidth (its ``dask_ranges_appended``
-  log event).
+  (default ``local:2``), and the rate at which the range merges write the trace in place
+  (the coordinator's ``dask_ranges_written`` log event: it copies no bytes itself).
 
 Every measured command runs in a child process (``_benchlib.run_measured``: wall time, peak
 RSS of the process and its children, Dask's workers included).
@@ -176,14 +176,14 @@ def bench_dask(args: argparse.Namespace, work: Path) -> dict[str, object]:
             if not x:
                 break
     event = next((json.loads(line) for line in log.read_text().splitlines()
-                  if '"dask_ranges_appended"' in line), {})
+                  if '"dask_ranges_written"' in line), {})
     size = (work / "one.prv").stat().st_size
     return {"ranks": args.ranks, "rows_per_rank": args.rows, "spec": args.spec,
             "prv_mb": round(size / 1e6, 1), "one_process_s": round(t_one, 1),
             "dask_s": round(t_dask, 1), "speedup": round(t_one / t_dask, 2),
             "one_process_peak_mib": round(rss_one, 1), "dask_peak_mib_all_processes":
-            round(rss_dask, 1), "coordinator_append_mb_per_s": event.get("mb_per_s"),
-            "coordinator_append_s": event.get("append_s"), "byte_identical": same,
+            round(rss_dask, 1), "ranges_written_mb_per_s": event.get("mb_per_s"),
+            "ranges_written_s": event.get("seconds"), "byte_identical": same,
             "load": round(load(), 2)}
 
 

@@ -24,7 +24,7 @@ from prvstream.daemon.config import Settings, load_settings
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.scale.cluster import ClusterSpec, parse_spec
-from prvstream.daemon.scale.runs import RunWriter, merge_range, split_times
+from prvstream.daemon.scale.runs import RunWriter, merge_range, range_extents, split_times
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.merge import RecordBatch, make_keys, sort_batch
@@ -110,11 +110,22 @@ def test_ranges_of_runs_concatenate_to_the_full_merge(
         runs.append(writer.close())
     cuts = split_times(runs, ranges)
     assert cuts == sorted(set(cuts))
+    extents = range_extents(runs, cuts)
     text = b""
     for k, (lo, hi) in enumerate(zip([None, *cuts], [*cuts, None], strict=True)):
-        merge_range([(r.base, r.records) for r in runs], lo, hi, str(work / f"r{k}"))
+        got = merge_range([(r.base, r.records) for r in runs], lo, hi, str(work / f"r{k}"))
+        assert got == extents[k]  # known before the merge
         text += (work / f"r{k}").read_bytes()
-    assert text == sort_batch(RecordBatch.concat(batches)).text()
+    full = sort_batch(RecordBatch.concat(batches)).text()
+    assert text == full
+    # in place: every range at its offset of one pre-sized file, merged in reverse order
+    trace = work / "trace"
+    trace.write_bytes(b"H" * 7 + b"\0" * len(full))
+    offsets = np.cumsum([7] + [n for _, n in extents])
+    for k, (lo, hi) in reversed(list(enumerate(zip([None, *cuts], [*cuts, None],
+                                                    strict=True)))):
+        merge_range([(r.base, r.records) for r in runs], lo, hi, str(trace), int(offsets[k]))
+    assert trace.read_bytes() == b"H" * 7 + full
 
 
 # -- conversions on a real cluster ----------------------------------------------------------

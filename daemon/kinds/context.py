@@ -174,6 +174,9 @@ class ReportContext:
     #: (task, thread) of each CPU thread that gets host states -> time its states reach
     #: (``kinds.hoststates``)
     host_pending: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: host threads whose pending time is a grid cut, not the end of a call: their next
+    #: Running piece continues the previous one (flagged in its key, ``kinds.hoststates``)
+    host_cut: set[tuple[int, int]] = field(default_factory=set)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
     _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
     #: the times trusted on the export's clock (``ExportMeta.bound_lo_ns/bound_hi_ns``)

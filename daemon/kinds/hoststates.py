@@ -7,7 +7,9 @@ runtime calls gets states from the report's first record to its last. The Runnin
 a thread's last call cannot be written until its next call (or the report's end) is known; to
 keep memory bounded it is cut at every multiple of ``GRID`` and written up to the last grid
 point the runtime stream has passed, so the stream's watermark lags by at most ``GRID``. The
-cuts depend on the data only, never on chunking, so outputs stay byte-identical.
+cuts depend on the data only, never on chunking, so outputs stay byte-identical. A piece that
+continues the one before it (it begins at a cut) has the low bit of its key's order set, so a
+merge of committed blocks can join and cut the stretches again for another origin.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, make_keys, state_lines
 
-__all__ = ["GRID", "api_state", "finish", "register", "states", "watermark"]
+__all__ = ["GRID", "RANK", "api_state", "cut", "finish", "register", "states", "watermark"]
 
 log = get_logger(__name__)
 
 #: Running stretches are cut at every multiple of this many ns
 GRID = 1_000_000_000
 #: sort rank of host states (the runtime kind's rank; line type 0: states)
-_RANK = 5 * 4
+RANK = 5 * 4
+_RANK = RANK
 
 
 def api_state(label: str) -> int:
@@ -47,26 +50,43 @@ def register(ctx: ReportContext, tasks: np.ndarray, threads: np.ndarray) -> None
         ctx.host_pending.setdefault(key, ctx.start_rel)
 
 
-def _cut(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals [begin, end) cut at every multiple of ``GRID``; empty ones dropped."""
+def cut(begin: np.ndarray, end: np.ndarray, grid_at: int = 0
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals [begin, end) cut at every ``grid_at`` + multiple of ``GRID``; empty ones
+    dropped. Returns begins, ends and whether each piece begins at a cut."""
     keep = end > begin
-    begin, end = begin[keep], end[keep]
+    begin, end = begin[keep] - grid_at, end[keep] - grid_at
     pieces = (end - 1) // GRID - begin // GRID + 1
     idx = np.repeat(np.arange(len(begin)), pieces)
     k = np.arange(len(idx)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     cell = begin[idx] // GRID + k
-    return np.where(k == 0, begin[idx], cell * GRID), np.minimum(end[idx], (cell + 1) * GRID)
+    return (np.where(k == 0, begin[idx], cell * GRID) + grid_at,
+            np.minimum(end[idx], (cell + 1) * GRID) + grid_at, k > 0)
+
+
+def _cut(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return cut(begin, end)
 
 
 class _Out:
     def __init__(self) -> None:
-        self.parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, key: tuple[int, int], begin: np.ndarray, end: np.ndarray,
-            state: np.ndarray | int) -> None:
+            state: np.ndarray | int, cont: np.ndarray | None = None) -> None:
         if len(begin):
             st = np.broadcast_to(np.asarray(state, dtype=np.int64), begin.shape)
-            self.parts.append((key[0], key[1], begin, end, st))
+            flags = np.zeros(len(begin), np.int64) if cont is None else cont.astype(np.int64)
+            self.parts.append((key[0], key[1], begin, end, st, flags))
+
+    def running(self, ctx: ReportContext, key: tuple[int, int], begin: np.ndarray,
+                end: np.ndarray, first_continues: bool) -> None:
+        """Running stretches [begin, end), cut at the grid; the first stretch's first piece
+        continues the thread's previous piece when ``first_continues``."""
+        b, e, cont = _cut(begin, end)
+        if first_continues and len(begin) and end[0] > begin[0]:
+            cont[0] = True
+        self.add(key, b, e, pv.STATE_RUNNING, cont)
 
     def batch(self, ctx: ReportContext) -> RecordBatch:
         if not self.parts:
@@ -76,17 +96,20 @@ class _Out:
         begin = np.concatenate([p[2] for p in self.parts])
         end = np.concatenate([p[3] for p in self.parts])
         state = np.concatenate([p[4] for p in self.parts])
+        cont = np.concatenate([p[5] for p in self.parts])
         seq = ctx.next_seq("host_state", len(begin))
-        keys = make_keys(begin, PRIO_BEGIN, task, thread, _RANK, ctx.report_index, seq)
+        keys = make_keys(begin, PRIO_BEGIN, task, thread, _RANK, ctx.report_index,
+                         seq * 2 + cont)
         return state_lines(task, thread, begin, end, state).batch(keys)
 
 
 def _advance(ctx: ReportContext, out: _Out, upto: int) -> None:
     for key, pending in ctx.host_pending.items():
         if upto > pending:
-            begin, end = _cut(np.array([pending]), np.array([upto]))
-            out.add(key, begin, end, pv.STATE_RUNNING)
+            out.running(ctx, key, np.array([pending]), np.array([upto]),
+                        key in ctx.host_cut)
             ctx.host_pending[key] = upto
+            ctx.host_cut.add(key)
 
 
 def states(ctx: ReportContext, task: np.ndarray, thread: np.ndarray, start: np.ndarray,
@@ -102,7 +125,8 @@ def states(ctx: ReportContext, task: np.ndarray, thread: np.ndarray, start: np.n
         pending = ctx.host_pending.get(key, ctx.start_rel)
         s, e = start[idx], np.maximum(end[idx], start[idx])
         before = np.maximum.accumulate(np.concatenate(([pending], e)))[:-1]
-        out.add(key, *_cut(before, s), pv.STATE_RUNNING)
+        out.running(ctx, key, before, s, key in ctx.host_cut)
+        ctx.host_cut.discard(key)  # a call ends the stretch
         inside = np.maximum(s, before)
         busy = e > inside
         out.add(key, inside[busy], e[busy], state[idx][busy])

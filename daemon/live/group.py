@@ -13,10 +13,10 @@ from pathlib import Path
 
 import msgspec
 
+from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.kept import keep
 from prvstream.daemon.live.livetrace import AppendResult, LiveTrace, _OrderBroken
-from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks
+from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks, value_labels_of
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.logger import get_logger
 
@@ -69,6 +69,7 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
         commit_started = time.perf_counter()
         with trace.out.open(trace.prv.name, "r+b") as fh:
             os.fsync(fh.fileno())
+        trace.blocks.sync()  # the members' codes and metas, once
         trace._publish_header()
         trace._publish_metadata()
         trace.model.release_updates()
@@ -116,11 +117,12 @@ def _append_member(trace: LiveTrace, path: Path, identity: ReportIdentity
             state.origin_wall_ns = origin
             raise _Unfit(path.name) from None
         trace._same_file(path, identity)  # rewritten while read: read again, never half
-        kept = keep(path, trace.out.path, fp, state.root or None)
         trace._model_fed = True
         spool.replay(trace.model)
+        trace.blocks.add_meta(ReportMeta.of(path.name, rep.host, rep.wall_start,
+                                            objects_of(rep), value_labels_of(rep)), sync=False)
         trace._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
-                             kept, ranked_tasks(rep, trace.settings.rank_pattern),
+                             ranked_tasks(rep, trace.settings.rank_pattern),
                              hostile=trace._block_hostile)
     finally:
         spool.discard()

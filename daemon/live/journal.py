@@ -76,7 +76,8 @@ class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     committed_ns: int = 0
     #: what the report is whatever its name (``inputs.fingerprint``); "" in old journals
     fingerprint: str = ""
-    #: its kept link or clone (``kept.keep``), read instead of ``path`` once committed
+    #: a link or clone of the export an older prvstream kept (none is made any more: the
+    #: committed blocks are the source of truth); read only by a job without block codes
     kept: str = ""
     #: its processes with GPU work and their ranks when known (``pipeline.ranked_tasks``)
     ranks: list[RankedTask] = msgspec.field(default_factory=list)
@@ -132,6 +133,14 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     duplicates: list[Duplicate] = msgspec.field(default_factory=list)
     #: file (beside the journal) holding the efficiency model's state as of this commit
     model_checkpoint: str = ""
+    #: version of the blocks' codes and report metas kept beside the journal
+    #: (``live.blockstore``); 0: a job committed before they were kept
+    block_format: int = 0
+    #: the codes file (beside the journal), its committed records, the committed bytes of
+    #: the report metas
+    codes_name: str = ""
+    codes_records: int = 0
+    metas_length: int = 0
 
 
 _encoder = msgspec.json.Encoder()

@@ -22,6 +22,8 @@ import msgspec
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds.bounds import note_hostile
+from prvstream.daemon.live import blockfinal
+from prvstream.daemon.live.blockstore import BlockStore, ReportMeta
 from prvstream.daemon.live.checkpoint import commit_with_checkpoint, restore_checkpoint
 from prvstream.daemon.live.inputs import InputChanged, ReportIdentity, fingerprint, stat_input
 from prvstream.daemon.live.journal import (
@@ -31,7 +33,7 @@ from prvstream.daemon.live.journal import (
     ReportEntry,
     ThreadTime,
 )
-from prvstream.daemon.live.kept import keep, source_of
+from prvstream.daemon.stream.blockcodes import codes_of
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -41,6 +43,7 @@ from prvstream.daemon.stream.pipeline import (
     ranked_tasks,
     report_context,
     report_stream,
+    value_labels_of,
 )
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
@@ -142,6 +145,9 @@ class LiveTrace:
         if not state.skew_allowance_ns:
             state.skew_allowance_ns = int(settings.skew_allowance * _NS)
         self.numbering = Numbering(state.numbering)
+        #: the committed blocks' codes and report metas (finalize reads no export)
+        self.blocks = BlockStore(journal)
+        self.blocks.start()
         self.model = self._new_model()
         #: set from another thread to roll back the block in progress and stop
         self.abort = threading.Event()
@@ -182,6 +188,8 @@ class LiveTrace:
         commit); otherwise it is rebuilt from the committed reports.
         """
         state = self.journal.state
+        self.blocks.recover()
+        blockfinal.restore_committed(self)
         if state.reports and (not self.prv.exists() or
                               self.prv.stat().st_size < state.prv_length):
             log.warning("trace_missing_rebuilding", job=state.job_dir, prv=str(self.prv))
@@ -231,6 +239,7 @@ class LiveTrace:
     # -- the model's checkpoint ------------------------------------------------------------
     def _commit(self) -> None:
         commit_with_checkpoint(self.journal, self.model)
+        blockfinal.committed(self)
 
     def _restore_model(self) -> None:
         """The model as of the last commit: from its checkpoint (O(1) in the job's size),
@@ -294,6 +303,8 @@ class LiveTrace:
         for entry in state.reports:
             entry.block_start += shift
             entry.block_end += shift
+        # the block being appended is not in the journal yet: it moves too
+        self._last_block = (self._last_block[0] + shift, self._last_block[1] + shift)
 
     def _publish_metadata(self) -> None:
         pcf, row = trace_metadata(self.numbering)
@@ -374,12 +385,13 @@ class LiveTrace:
                     spool.discard()
                     spool = ReportSpool()
                     rows, records = self._rebuild(rep, state.origin_wall_ns, spool)
-            kept = keep(path, self.out.path, fp, state.root or None)
             self._model_fed = True
             spool.replay(self.model)
             self._publish_summary()
+            self.blocks.add_meta(ReportMeta.of(path.name, rep.host, rep.wall_start,
+                                               objects_of(rep), value_labels_of(rep)))
             self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
-                                kept, ranked_tasks(rep, self.settings.rank_pattern),
+                                ranked_tasks(rep, self.settings.rank_pattern),
                                 hostile=self._block_hostile)
             self._remember_prv()
             # rewritten while it was read: never committed half-read, read again instead
@@ -420,11 +432,14 @@ class LiveTrace:
                        presort=self.settings.presort)
 
     def _committed_source(self, entry: ReportEntry) -> Path:
-        """The file holding a committed report: its kept copy, else the original if it is
-        still the same content (a different file at that path is a new report, never a
-        silent replacement)."""
-        source = source_of(entry.path, entry.kept)
-        if source != Path(entry.path) or not entry.fingerprint:
+        """The export of a committed report, read only where its blocks cannot be (a job
+        committed before codes were kept, a deleted ``.prv``): a copy kept by an older
+        prvstream, else the original if it is still the same content (a different file at
+        that path is a new report, never a silent replacement)."""
+        if entry.kept and os.path.isfile(entry.kept):
+            return Path(entry.kept)
+        source = Path(entry.path)
+        if not entry.fingerprint:
             return source
         rep = self._prepare(source)
         try:
@@ -435,12 +450,12 @@ class LiveTrace:
             rep.close()
         if found != entry.fingerprint:
             raise NotAnExport(
-                f"committed report {entry.path} was replaced by another file and no copy of "
-                "it was kept; restore it (the new file is taken as a new report)")
+                f"committed report {entry.path} was replaced by another file and its blocks "
+                "cannot be read back; restore it (the new file is taken as a new report)")
         return source
 
     def _record_report(self, path: Path, wall_start: int, wall_end: int,
-                       identity: ReportIdentity, records: int, fp: str, kept: str,
+                       identity: ReportIdentity, records: int, fp: str,
                        ranks: list[RankedTask] | None = None, *,
                        hostile: dict[str, int] | None = None) -> None:
         state = self.journal.state
@@ -451,7 +466,7 @@ class LiveTrace:
             thread_last=[ThreadTime(task=k[0], thread=k[1], time=t)
                          for k, t in sorted(self._block_threads.items())],
             wall_start_ns=wall_start, wall_end_ns=wall_end, fingerprint=fp,
-            kept=kept, ranks=ranks or [], hostile=dict(hostile or {}),
+            ranks=ranks or [], hostile=dict(hostile or {}),
         )
         self.journal.add_report(entry)
         # a file set aside earlier (e.g. seen half-written) that now landed is no longer aside
@@ -470,6 +485,7 @@ class LiveTrace:
         checked: set[tuple[int, int]] = set()
         start = state.prv_length or state.header_capacity
         fresh = not self.prv.exists() or state.prv_length == 0
+        codes = self.blocks.append_codes()
         with self.out.open(self.prv.name, "r+b") as fh:
             try:
                 if fresh:
@@ -492,6 +508,8 @@ class LiveTrace:
                     spans = thread_spans(batch.keys)
                     self._check_order(spans, checked)
                     writer.write(batch)
+                    if codes is not None:
+                        codes.write(codes_of(batch.keys, len(state.reports)))
                     track_thread_last(batch.keys, block_threads, spans)
                 hostile: dict[str, dict[str, int]] = {}
                 note_hostile(hostile, rep.path.name, ctx.hostile)
@@ -501,7 +519,12 @@ class LiveTrace:
                     os.fsync(fh.fileno())
                 length = fh.tell()
                 records, end_time = writer.records, writer.end_time
+                if codes is not None:
+                    codes.close(sync=publish)
+                    state.codes_records = codes.records
             except BaseException:
+                if codes is not None:
+                    codes.abort()
                 fh.truncate(start if not fresh else 0)
                 fh.flush()
                 self._restore_numbering(saved)
@@ -538,6 +561,9 @@ class LiveTrace:
         (plus ``extra``) and rename it into place; the journal's offsets follow, its commit
         is the caller's. ``numbering=None`` renumbers canonically (finalize)."""
         state = self.journal.state
+        if extra is not None and numbering is not None and origin is not None and \
+                self.blocks.complete and state.reports:  # compaction: no export re-read
+            return blockfinal.compact_from_blocks(self, extra, spool, origin)
         reports: list[PreparedReport] = []
         thread_last: dict[tuple[int, int], int] = {}
         tmp_out = self.prv.with_name(f".{self.name}.rewrite")
@@ -564,12 +590,20 @@ class LiveTrace:
             if extra is not None:
                 reports.append(extra)
             spools = {extra.path: spool} if extra is not None and spool is not None else {}
-            result = write_trace(
-                reports, tmp_out, self.settings, numbering=numbering, origin=origin,
-                sink_for=lambda r: spools.get(r.path),
-                header_capacity=state.header_capacity if numbering is not None else 0,
-                thread_last=thread_last, progress=self.progress if numbering is None else None,
-            )
+            codes = blockfinal.RewriteCodes(self, reports)
+            try:
+                result = write_trace(
+                    reports, tmp_out, self.settings, numbering=numbering, origin=origin,
+                    sink_for=lambda r: spools.get(r.path),
+                    header_capacity=state.header_capacity if numbering is not None else 0,
+                    thread_last=thread_last,
+                    progress=self.progress if numbering is None else None,
+                    on_batch=codes.write,
+                )
+            except BaseException:
+                codes.abort()
+                raise
+            codes.adopt()
         finally:
             for rep in reports:
                 if rep is not extra:
@@ -608,6 +642,7 @@ class LiveTrace:
             for ext in (".pcf", ".row"):
                 with contextlib.suppress(FileNotFoundError):
                     Path(str(tmp_out) + ext).unlink()
+        blockfinal.keep_committed(self)
         os.replace(tmp_prv, self.prv)
         fsync_dir(self.prv.parent)
         state.origin_wall_ns = result.origin
@@ -638,7 +673,12 @@ class LiveTrace:
         if not state.reports:
             log.info("finalize_nothing", job=state.job_dir)
             return
-        result = self._rewrite(None, None)
+        if self.blocks.complete:
+            result = blockfinal.finalize_from_blocks(self)
+        else:
+            log.info("finalize_reading_exports", job=state.job_dir,
+                     reason="committed before prvstream kept block codes")
+            result = self._rewrite(None, None)
         assert result.numbering is not None
         state.numbering = result.numbering.state
         self.numbering = result.numbering

@@ -27,8 +27,8 @@ from typing import Any
 import msgspec
 
 from prvstream.daemon.kinds.bounds import note_hostile
+from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.kept import keep
 from prvstream.daemon.live.livetrace import AppendInterrupted, AppendResult, LiveTrace
 from prvstream.daemon.scale.tasks import BlockDone, BlockTask, PlanFacts, convert_block, plan_report
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
@@ -207,6 +207,8 @@ class RemoteAppender:
 
     def _discard(self, done: BlockDone) -> None:
         Path(done.block).unlink(missing_ok=True)
+        if done.codes:
+            Path(done.codes).unlink(missing_ok=True)
         Path(done.spool[0]).unlink(missing_ok=True)
 
     def _append_block(self, path: Path, identity: ReportIdentity, done: BlockDone,
@@ -225,6 +227,7 @@ class RemoteAppender:
                 state.origin_wall_ns = origin
             start = state.prv_length or state.header_capacity
             fresh = not trace.prv.exists() or state.prv_length == 0
+            trace.blocks.append_block_codes(done.codes, done.records)
             with trace.out.open(trace.prv.name, "r+b") as fh, open(done.block, "rb") as src:
                 if fresh:
                     fh.truncate(0)
@@ -250,10 +253,11 @@ class RemoteAppender:
             trace._model_fed = True
             spool.replay(trace.model)
             trace._publish_summary()
-            kept = keep(path, trace.out.path, fp, state.root or None)
+            trace.blocks.add_meta(ReportMeta.of(path.name, facts.host, facts.wall_start,
+                                                facts.objects, facts.values))
             note_hostile({}, path.name, Counter(done.hostile))
             trace._record_report(path, done.wall_start, done.wall_end, identity, done.records,
-                                 fp, kept, hostile=done.hostile)
+                                 fp, hostile=done.hostile)
             trace._remember_prv()
             trace._commit()  # model checkpoint, then the journal
         except BaseException:
@@ -262,6 +266,8 @@ class RemoteAppender:
         finally:
             spool.discard()
             Path(done.block).unlink(missing_ok=True)
+            if done.codes:
+                Path(done.codes).unlink(missing_ok=True)
         result = AppendResult(report=path.name, records=done.records, rows=done.rows,
                               compacted=False, seconds=time.perf_counter() - started,
                               prv_length=state.prv_length)

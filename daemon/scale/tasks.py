@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.scale.runs import RunInfo, RunWriter, merge_range
+from prvstream.daemon.stream.blockcodes import codes_of
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -204,6 +205,8 @@ class BlockDone:
     wall_end: int
     #: rows dropped or clamped as hostile, by ``"<kind> <what>"`` (``kinds.bounds``)
     hostile: dict[str, int] = field(default_factory=dict)
+    #: the block's record codes (``live.blockstore``), beside the block
+    codes: str = ""
 
 
 def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
@@ -214,15 +217,17 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     spans: dict[tuple[int, int], tuple[int, int]] = {}
     records = end_time = 0
     part = Path(task.block + ".part")
+    codes_part = Path(task.block + ".codes.part")
     try:
         numbering = Numbering(msgspec.json.decode(numbering_state, type=NumberingState))
         ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern,
                                    task.rank_pattern)
-        with part.open("wb") as fh:
+        with part.open("wb") as fh, codes_part.open("wb") as codes_fh:
             for batch, _ in report_stream(rep, ctx, info, task.chunk_rows, spool, rows):
                 if not len(batch):
                     continue
                 fh.write(batch.text())
+                codes_fh.write(codes_of(batch.keys, task.index).tobytes())
                 records += len(batch)
                 for obj, first, last in thread_spans(batch.keys):
                     old = spans.get(obj)
@@ -231,9 +236,13 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
             fh.flush()
             os.fsync(fh.fileno())
             size = fh.tell()
+            codes_fh.flush()
+            os.fsync(codes_fh.fileno())
+        os.replace(codes_part, task.block + ".codes")
         os.replace(part, task.block)
     except BaseException:
         part.unlink(missing_ok=True)
+        codes_part.unlink(missing_ok=True)
         spool.discard()
         raise
     finally:
@@ -241,4 +250,4 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     return BlockDone(block=task.block, records=records, size=size, end_time=end_time,
                      rows=rows, spans=spans, numbering_after=msgspec.json.encode(numbering.state),
                      spool=spool.detach(), wall_start=rep.wall_start, wall_end=rep.wall_end,
-                     hostile=dict(ctx.hostile))
+                     hostile=dict(ctx.hostile), codes=task.block + ".codes")

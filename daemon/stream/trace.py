@@ -18,7 +18,13 @@ import numpy as np
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
-from prvstream.daemon.stream.merge import KEY_TIME, Stream, key_objects, merge_bounded
+from prvstream.daemon.stream.merge import (
+    KEY_TIME,
+    RecordBatch,
+    Stream,
+    key_objects,
+    merge_bounded,
+)
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -122,6 +128,7 @@ def write_trace(
     sink_for: Callable[[PreparedReport], Sink | None] | None = None,
     header_capacity: int = 0,
     thread_last: dict[tuple[int, int], int] | None = None,
+    on_batch: Callable[[RecordBatch], None] | None = None,
 ) -> ConvertResult:
     """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
 
@@ -129,7 +136,8 @@ def write_trace(
     may come in any order; a live job passes its own ``numbering`` (appended to, never
     renumbered) and ``origin``. ``sink`` (one report at a time only) or ``sink_for`` (a sink
     per report) receive the GPU activity. ``thread_last``, when given, is filled with each
-    (task, thread)'s last record time. Memory: chunk x fan-in.
+    (task, thread)'s last record time; ``on_batch`` sees every batch written. Memory: chunk x
+    fan-in.
     """
     started = time.perf_counter()
     result = ConvertResult(reports=[str(r.path) for r in reports])
@@ -183,6 +191,8 @@ def write_trace(
                 writer.write(batch)
                 if thread_last is not None:
                     track_thread_last(batch.keys, thread_last)
+                if on_batch is not None:
+                    on_batch(batch)
                 if progress is not None:
                     progress(sum(n for k, n in result.rows.items()
                                  if not registry.get(k).derived), planned_rows)

@@ -1,0 +1,130 @@
+"""Committed means kept: finalize merges the live trace's committed blocks and reads no export,
+so deleting, truncating or replacing an export after its commit never changes the final trace
+(which still equals ``prvstream convert`` of the original reports, byte for byte)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon.config import load_settings
+from prvstream.daemon.live.blockstore import BlockStore
+from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.live.livetrace import LiveTrace
+from prvstream.daemon.service.readiness import report_identity
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
+from tests.conftest import real_exports
+from tests.prv_check import validate
+
+OUTPUTS = (".prv", ".pcf", ".row")
+
+
+@pytest.fixture(scope="module")
+def slices(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two ranks of two capture slices each, plus one other export to replace files with."""
+    src = tmp_path_factory.mktemp("slices")
+    spec = SynthSpec(ranks=2, slices=2, steps=2, seed=5)
+    out = [write_export(src / export_name(spec, r, s), spec, r, s)
+           for r in range(spec.ranks) for s in range(spec.slices)]
+    other = SynthSpec(ranks=1, steps=1, seed=9)
+    out.append(write_export(src / "other.sqlite", other, 0))
+    return out
+
+
+def _live(tmp: Path, skew: float) -> tuple[Path, LiveTrace]:
+    job = tmp / "job"
+    job.mkdir(parents=True)
+    settings = load_settings(None, {"state_dir": str(tmp / "state"), "skew_allowance": skew,
+                                    "fan_in": 2}, environ={})
+    journal = JobJournal.open(settings.state_dir, job)
+    journal.lock()
+    return job, LiveTrace(journal, job / "prvstream", "job", settings)
+
+
+def _mutate(path: Path, how: str, other: Path) -> None:
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":  # in place: a hard link to it would be truncated too
+        with path.open("r+b") as fh:
+            fh.truncate(os.path.getsize(path) // 3)
+    elif how == "replace":
+        shutil.copyfile(other, path)  # same name, other content, in place
+
+
+@settings(max_examples=6, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(order=st.permutations(range(4)), skew=st.sampled_from([0.0, 0.37, 60.0]),
+       changes=st.lists(st.sampled_from(["keep", "delete", "truncate", "replace"]),
+                        min_size=4, max_size=4))
+def test_changing_exports_after_commit_never_changes_the_final_trace(
+        tmp_path_factory: pytest.TempPathFactory, slices: list[Path], order: list[int],
+        skew: float, changes: list[str]) -> None:
+    tmp = tmp_path_factory.mktemp("case")
+    job, trace = _live(tmp, skew)
+    for i, how in zip(order, changes, strict=True):
+        target = job / slices[i].name
+        shutil.copyfile(slices[i], target)
+        trace.append(target, report_identity(target))
+        # changed at once: a later report arriving out of order compacts without it
+        _mutate(target, how, slices[4])
+    originals = tmp / "originals"
+    originals.mkdir()
+    for i in range(4):
+        shutil.copyfile(slices[i], originals / slices[i].name)
+    convert([str(originals)], tmp / "batch", trace.settings)
+    trace.finalize()
+    trace.close()
+    validate(trace.prv, globally_sorted=True)
+    for ext in OUTPUTS:
+        assert trace.prv.with_suffix(ext).read_bytes() == (tmp / f"batch{ext}").read_bytes()
+
+
+def test_real_exports_finalize_from_blocks_with_their_names_gone(tmp_path: Path) -> None:
+    found = real_exports()
+    if not found:
+        pytest.skip("real exports not found (set PRVSTREAM_TEST_DATA)")
+    job, trace = _live(tmp_path, 0.37)  # an origin off the host states' grid: cut again
+    for src in reversed(found):
+        target = job / src.name
+        shutil.copyfile(src, target)
+        trace.append(target, report_identity(target))
+    convert([str(job)], tmp_path / "batch", trace.settings)
+    for src in found:
+        (job / src.name).unlink()
+    assert BlockStore(trace.journal).complete
+    trace.finalize()
+    for ext in OUTPUTS:
+        assert trace.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()
+    # and again after more reports: the finalized trace is itself a committed block
+    trace.close()
+
+
+def test_a_job_without_block_codes_finalizes_from_its_exports(tmp_path: Path,
+                                                              slices: list[Path]) -> None:
+    """A journal of an older prvstream (no codes kept) still finalizes, reading its exports
+    once; from then on the job keeps codes."""
+    job, trace = _live(tmp_path, 60.0)
+    for src in slices[:2]:
+        target = job / src.name
+        shutil.copyfile(src, target)
+        trace.append(target, report_identity(target))
+    state = trace.journal.state
+    state.block_format, state.codes_name, state.codes_records = 0, "", 0
+    trace.journal.commit()
+    convert([str(job)], tmp_path / "batch", trace.settings)
+    trace.finalize()
+    assert BlockStore(trace.journal).complete
+    for ext in OUTPUTS:
+        assert trace.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()
+    for src in slices[:2]:
+        (job / src.name).unlink()
+    trace.finalize()  # now from its blocks alone
+    for ext in OUTPUTS:
+        assert trace.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()
+    trace.close()

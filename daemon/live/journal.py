@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -425,12 +426,23 @@ class OutputDir:
         return target
 
     def open(self, name: str, mode: Literal["rb+", "ab", "wb", "r+b"] = "ab") -> IO[bytes]:
-        """Open output ``name`` for writing without following a symlink (created if absent)."""
+        """Open output ``name`` for writing without following a symlink (created if absent);
+        anything but a regular file in its place (a FIFO, device, socket) is an
+        ``OutputConflict``, never waited on."""
         target = self.path_for(name)
-        flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         flags |= {"ab": os.O_WRONLY | os.O_APPEND, "wb": os.O_WRONLY | os.O_TRUNC}.get(
             mode, os.O_RDWR)
-        fd = os.open(target, flags, 0o666)
+        try:
+            fd = os.open(target, flags, 0o666)
+        except OSError as exc:
+            if exc.errno not in (errno.ENXIO, errno.EAGAIN):  # a FIFO without reader, a socket
+                raise
+            raise _not_regular(target) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _not_regular(target)
+        os.set_blocking(fd, True)
         return os.fdopen(fd, mode)
 
     def replace(self, name: str, data: bytes) -> Path:
@@ -438,3 +450,9 @@ class OutputDir:
         target = self.path_for(name)
         atomic_write(target, data)
         return target
+
+
+def _not_regular(target: Path) -> OutputConflict:
+    return OutputConflict(f"output {target} is not a regular file (a FIFO, device or socket "
+                          f"was put in its place); remove it and prvstream writes the trace "
+                          f"again")

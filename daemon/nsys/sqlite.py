@@ -4,7 +4,9 @@ file magic, the metadata table names, the header check and the read-only connect
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import struct
 import urllib.parse
 from pathlib import Path
@@ -36,11 +38,19 @@ def ro_uri(path: Path) -> str:
 
 
 def header_problem(path: Path) -> str | None:
-    """Why the file cannot be a complete SQLite database, from its 100-byte header."""
+    """Why the file cannot be a complete SQLite database, from its 100-byte header (read
+    without blocking: a FIFO or device put in its place since it was checked is named, never
+    waited on)."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            head = fh.read(100)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return "not a regular file (a FIFO, device or socket)"
+            size = st.st_size
+            head = os.pread(fd, 100, 0)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return f"cannot read the file ({exc.strerror or exc})"
     if size == 0:

@@ -187,3 +187,33 @@ def test_unusable_state_dir_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> N
     text = (done.stdout + done.stderr).strip()
     assert "Traceback" not in text and "state directory" in text
     assert len(text.splitlines()) == 1, text
+
+
+def test_live_trace_swapped_for_a_fifo_degrades_its_job_and_never_blocks(
+        tmp_path: Path, synth_sources: list[Path], start_daemon: Start) -> None:
+    """Something else put in place of a job's live trace (here a FIFO, which blocks a plain
+    open or read for ever) is an output fault: that job is degraded, its report pending and
+    never set aside (it was: "internal error"), the other jobs land, the job resumes once the
+    FIFO is gone, and SIGTERM still ends the service within 10 s."""
+    root, a, b = _two_jobs(tmp_path)
+    daemon = start_daemon(root)
+    place_atomically(synth_sources[0], a / synth_sources[0].name)
+    wait_reports(daemon, a, 1)
+    live_trace(a).unlink()
+    os.mkfifo(live_trace(a))
+    place_atomically(synth_sources[1], a / synth_sources[1].name)
+    degraded = daemon.wait_event("job_degraded", job=str(a.resolve()))
+    assert "not a regular file" in degraded[0]["reason"], degraded
+    place_atomically(synth_sources[2], b / synth_sources[2].name)
+    wait_reports(daemon, b, 1)
+    assert_landed(tmp_path / "state", b, [synth_sources[2].name])
+    status = job_status(a)
+    assert status["state"] == "degraded" and status["reports"] == 1, status
+    assert not status.get("quarantined"), status
+    assert daemon.alive()
+    live_trace(a).unlink()  # the output side works again: the job resumes by itself
+    wait_reports(daemon, a, 2, timeout=LAND + 60)
+    assert_landed(tmp_path / "state", a, [s.name for s in synth_sources[:2]])
+    started = time.monotonic()
+    assert daemon.terminate(timeout=10.0) == 0
+    assert time.monotonic() - started < 10.0

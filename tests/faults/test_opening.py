@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,17 @@ from pathlib import Path
 import pytest
 
 from prvstream.daemon.live.inputs import InputRefused, open_input
-from tests.daemon.daemon_proc import DaemonProcess, job_status, place_atomically, wait_for
-from tests.faults.helpers import LAND, assert_landed, wait_reports
+from prvstream.daemon.nsys.export import open_export
+from prvstream.sinks.errors import NotAnExport
+from tests.daemon.daemon_proc import (
+    DaemonProcess,
+    job_status,
+    load_journal,
+    place_atomically,
+    wait_for,
+)
+from tests.faults.helpers import LAND, assert_landed, live_trace, wait_reports
+from tests.prv_check import validate
 
 Start = Callable[..., DaemonProcess]
 
@@ -115,3 +125,80 @@ def test_open_input_refuses_a_path_leaving_the_root(tmp_path: Path) -> None:
         pass
     with open_input(outside / "rank0.sqlite", tmp_path) as (_, st):
         assert stat.S_ISREG(st.st_mode)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_an_export_swapped_after_its_check_is_refused_without_blocking(
+        tmp_path: Path, kind: str) -> None:
+    """Conversion opens an export by name after the checks: a FIFO put there in between
+    (whose plain open waits for a writer for ever) is refused at once, naming what it is."""
+    path = tmp_path / "rank0.sqlite"
+    sock: socket.socket | None = None
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+    caught: list[BaseException] = []
+
+    def attempt() -> None:
+        try:
+            open_export(path)
+        except BaseException as exc:  # handed to the test thread
+            caught.append(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    if sock is not None:
+        sock.close()
+    assert not worker.is_alive(), f"opening a {kind} blocked"
+    assert len(caught) == 1 and isinstance(caught[0], NotAnExport), caught
+    assert str(path) in str(caught[0])
+
+
+def test_exports_swapped_for_devices_sockets_and_links_after_discovery(
+        tmp_path: Path, synth_sources: list[Path], start_daemon: Start) -> None:
+    """Discovered exports replaced, while they settle, by a character device, a socket and a
+    symlink to a complete export of the same job: each set aside naming what it is, none
+    read, the job's real export and the other job land once, SIGTERM ends it within 10 s."""
+    root = tmp_path / "root"
+    a, b = root / "a", root / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    real = a / synth_sources[0].name
+    place_atomically(synth_sources[0], real)
+    swapped = {what: _half(synth_sources[1], a / f"rank{1000 + i}.sqlite")
+               for i, what in enumerate(("character device", "socket", "symlink"))}
+    daemon = start_daemon(root, settle=2.0)  # long enough to swap them while they settle
+    wait_for(lambda: bool(daemon.named("job_opened")), LAND, "discovery", daemon)
+    time.sleep(0.5)
+    sock = socket.socket(socket.AF_UNIX)
+    for what, path in list(swapped.items()):
+        path.unlink()
+        if what == "character device":
+            try:
+                os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null
+            except PermissionError:
+                del swapped[what]  # creating a device node is not permitted here
+        elif what == "socket":
+            sock.bind(str(path))
+        else:
+            path.symlink_to(real)
+    place_atomically(synth_sources[2], b / synth_sources[2].name)
+    wait_reports(daemon, b, 1)
+    wait_for(lambda: len(_set_aside(a)) == len(swapped), LAND + 30, "every swap set aside",
+             daemon)
+    sock.close()
+    reasons = _set_aside(a)
+    for what, path in swapped.items():
+        assert what in reasons[str(path)], reasons
+    journal = load_journal(tmp_path / "state", a)
+    assert journal is not None
+    assert [r.name for r in journal.state.reports] == [real.name]  # once, nothing else read
+    validate(live_trace(a))
+    assert_landed(tmp_path / "state", b, [synth_sources[2].name])
+    assert daemon.alive()
+    started = time.monotonic()
+    assert daemon.terminate(timeout=10.0) == 0
+    assert time.monotonic() - started < 10.0

@@ -210,5 +210,5 @@ def test_a_daemon_counts_hostile_rows_in_status_json(
     assert list(status["hostile"]) == ["hostile.sqlite"], json.dumps(status)
     assert status["hostile"]["hostile.sqlite"]["kernel dropped"] == n62 + 1
     validate(live_trace(job))
-    assert daemon.alive
+    assert daemon.alive()
     assert daemon.terminate() == 0

@@ -61,6 +61,8 @@ def test_read_only_job_dir_keeps_its_report_pending(
         wait_reports(daemon, b, 1)
         degraded = daemon.wait_event("job_degraded", job=str(a.resolve()))
         assert "Read-only" in degraded[0]["reason"], degraded
+        assert daemon.alive()
+        assert_landed(tmp_path / "state", b, [synth_sources[1].name])
         remount(a, "rw", "bind")
         wait_reports(daemon, a, 1, timeout=LAND + 60)
         assert_landed(tmp_path / "state", a, [synth_sources[0].name])
@@ -86,6 +88,8 @@ def test_full_tmpfs_job_dir_resumes_once_space_is_freed(
         wait_reports(daemon, b, 1)
         degraded = daemon.wait_event("job_degraded", job=str(a.resolve()))
         assert "space" in degraded[0]["reason"].lower(), degraded
+        assert daemon.alive()
+        assert_landed(tmp_path / "state", b, [synth_sources[1].name])
         filler.unlink()
         wait_reports(daemon, a, 1, timeout=LAND + 60)
         assert_landed(tmp_path / "state", a, [synth_sources[0].name])
@@ -174,7 +178,7 @@ def test_sigterm_while_events_churn_exits_within_ten_seconds(
         assert time.monotonic() - started < 10.0
         stop.set()
         worker.join(5)
-    assert job_status(a)["reports"] == 1
+    assert_landed(tmp_path / "state", a, [synth_sources[0].name])
 
 
 def test_unusable_state_dir_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:

@@ -58,6 +58,12 @@ def test_exports_swapped_for_fifos_never_block_the_service(
     wait_for(lambda: len(_set_aside(a)) == len(halves), LAND + 30, "every FIFO set aside",
              daemon)
     assert all("FIFO" in reason for reason in _set_aside(a).values()), _set_aside(a)
+    journal = load_journal(tmp_path / "state", a)
+    assert journal is not None
+    assert [r.name for r in journal.state.reports] == [synth_sources[0].name]
+    validate(live_trace(a))
+    assert_landed(tmp_path / "state", b, [synth_sources[2].name])
+    assert daemon.alive()
     started = time.monotonic()
     assert daemon.terminate(timeout=10.0) == 0
     assert time.monotonic() - started < 10.0
@@ -86,6 +92,7 @@ def test_job_dir_swapped_for_a_link_out_of_the_root_is_not_read(
     assert not daemon.named("report_appended", report=name), "the outside file was appended"
     assert daemon.alive()
     assert_landed(tmp_path / "state", root / "b", [synth_sources[1].name])
+    assert daemon.terminate() == 0
 
 
 @pytest.mark.parametrize("kind", ["fifo", "socket", "device", "symlink"])

@@ -56,8 +56,11 @@ class DaemonProcess:
     """
 
     def __init__(self, roots: Sequence[Path], state: Path, log_dir: Path, *,
-                 settle: float = 0.2, extra: Sequence[str] = ()) -> None:
+                 settle: float = 0.2, extra: Sequence[str] = (),
+                 prefix: Sequence[str] = ()) -> None:
         self.roots = [str(r) for r in roots]
+        #: a command the daemon runs under (e.g. ``setpriv`` to drop root)
+        self.prefix = list(prefix)
         self.state = state
         self.log_dir = log_dir
         self.settle = settle
@@ -69,7 +72,7 @@ class DaemonProcess:
 
     # -- life cycle --------------------------------------------------------------------------
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "prvstream.daemon", "watch", *self.roots,
+        return [*self.prefix, sys.executable, "-m", "prvstream.daemon", "watch", *self.roots,
                 "--state", str(self.state), "--settle", str(self.settle),
                 "--idle-finalize", "0", "--log-json", *self.extra]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from prvstream.daemon.config import load_settings
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.numbering import clean_label
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+from tests.daemon.daemon_proc import DaemonProcess, place_atomically
+from tests.faults.helpers import assert_landed, live_trace, wait_reports
 from tests.prv_check import validate
 
 _BREAKS = ("\r", "\n", "\x85", "\u2028", "\u2029", "\x0b", "\x0c", "\x00", "\t")
@@ -63,3 +66,31 @@ def test_any_names_give_a_valid_trace_and_clean_labels(
         text = out.with_name("out" + ext).read_text(encoding="utf-8")
         for line in text.split("\n"):
             assert not any(b in line for b in _BREAKS if b != "\t"), (ext, line)
+
+
+def test_a_daemon_appends_reports_with_hostile_names(
+        tmp_path: Path, synth_sources: list[Path],
+        start_daemon: Callable[..., DaemonProcess]) -> None:
+    """Bytes that are not UTF-8 and line breaks in every name: the report lands (it was set
+    aside as "internal error") beside a clean one, with clean labels and a valid trace."""
+    job = tmp_path / "root" / "job"
+    job.mkdir(parents=True)
+    hostile = shutil.copy(synth_sources[0], tmp_path / "hostile.sqlite")
+    con = sqlite3.connect(hostile)
+    for i, (sid,) in enumerate(con.execute("SELECT id FROM StringIds ORDER BY id").fetchall()):
+        raw = [b"\xff\xfe bad", "line\u2028sep\x85x\ry".encode(), b"k\xc3(\n"][i % 3]
+        con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?", (raw, sid))
+    con.commit()
+    con.close()
+    daemon = start_daemon(job.parent)
+    place_atomically(hostile, job / "hostile.sqlite")
+    place_atomically(synth_sources[1], job / synth_sources[1].name)
+    wait_reports(daemon, job, 2)
+    assert_landed(tmp_path / "state", job, ["hostile.sqlite", synth_sources[1].name])
+    for ext in (".pcf", ".row"):
+        text = live_trace(job).with_suffix(ext).read_text(encoding="utf-8")
+        assert "\ufffd" in text or ext == ".row"
+        for line in text.split("\n"):
+            assert not any(b in line for b in _BREAKS if b != "\t"), (ext, line)
+    assert daemon.alive()
+    assert daemon.terminate() == 0

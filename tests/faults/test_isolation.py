@@ -221,3 +221,22 @@ def test_live_trace_swapped_for_a_fifo_degrades_its_job_and_never_blocks(
     started = time.monotonic()
     assert daemon.terminate(timeout=10.0) == 0
     assert time.monotonic() - started < 10.0
+
+
+def test_sigterm_right_after_a_finalize_exits_within_ten_seconds(
+        tmp_path: Path, synth_sources: list[Path], start_daemon: Start) -> None:
+    """The finalize's renames keep the observer dispatching when SIGTERM comes (the deadlock
+    of stopping it on the loop); the other job's report stays committed."""
+    root, a, b = _two_jobs(tmp_path)
+    daemon = start_daemon(root)
+    place_atomically(synth_sources[0], a / synth_sources[0].name)
+    place_atomically(synth_sources[1], b / synth_sources[1].name)
+    wait_reports(daemon, a, 1)
+    wait_reports(daemon, b, 1)
+    (a / "prvstream.done").touch()
+    daemon.wait_event("job_finalized", job=str(a.resolve()), timeout=LAND)
+    started = time.monotonic()
+    assert daemon.terminate(timeout=10.0) == 0
+    assert time.monotonic() - started < 10.0
+    assert job_status(a)["finalized"]
+    assert_landed(tmp_path / "state", b, [synth_sources[1].name])

@@ -105,11 +105,17 @@ class _Recut:
         self.open[key] = [begin, end, 0]
 
     def _emit(self, key: tuple[int, int, int], begin: int, end: int, cont: int) -> None:
-        b, e, at_cut = hoststates.cut(np.array([begin]), np.array([end]))
-        if len(at_cut) and cont:
-            at_cut[0] = True
-        for x, y, c in zip(b.tolist(), e.tolist(), at_cut.tolist(), strict=True):
-            self.out.append((key[0], key[1], key[2], x, y, int(c)))
+        """[begin, end) cut at the grid as ``hoststates.cut`` cuts it (one interval: plain
+        integers are faster than arrays)."""
+        grid = hoststates.GRID
+        cell, last = begin // grid, (end - 1) // grid
+        while begin < end:
+            stop = min(end, (cell + 1) * grid)
+            self.out.append((key[0], key[1], key[2], begin, stop, cont))
+            if cell >= last:
+                break
+            cell += 1
+            begin, cont = cell * grid, 1
 
     def settle(self, last: int | None) -> int | None:
         """Write every piece that can no longer grow (``last``: the chunk's last time, None
@@ -208,10 +214,26 @@ def _events(rows: np.ndarray, f: np.ndarray, counts: np.ndarray, fields: np.ndar
     new_t, new_v = ren.event_pairs(types, vals)
     fields[rows, 3 : 3 + pairs] = new_v
     shape_rows = np.column_stack([n_pairs, new_t]) if pairs else n_pairs[:, None]
-    shapes, inverse = np.unique(shape_rows, axis=0, return_inverse=True)
-    ids = np.array([ren.template(tuple(row[1 : 1 + row[0]])) for row in shapes.tolist()],
-                   np.int16)
-    tmpl[rows] = ids[inverse.ravel()]
+    first, inverse = _factorize_rows(shape_rows)
+    ids = np.array([ren.template(tuple(row[1 : 1 + row[0]]))
+                    for row in shape_rows[first].tolist()], np.int16)
+    tmpl[rows] = ids[inverse]
+
+
+def _factorize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one row of each distinct row, the distinct row of each row): constant
+    columns are skipped, the others factorized one by one (cheaper than ``np.unique`` of
+    whole rows when, as here, a few columns vary among a few values)."""
+    code = np.zeros(len(rows), np.int64)
+    for col in rows.T:
+        if col[0] == col.min() == col.max():
+            continue
+        values, inv = np.unique(col, return_inverse=True)
+        code = code * len(values) + inv.ravel()
+        if int(code.max()) >= 1 << 40:  # never overflows: renumber the codes so far
+            code = np.unique(code, return_inverse=True)[1].ravel()
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore,

@@ -84,10 +84,15 @@ def _snapshot(job: Path, state: Path, into: Path) -> None:
 
 
 def _restore(job: Path, state: Path, snap: Path) -> None:
+    """Put the committed job back; the copied ``.prv`` is another inode, which the journal
+    would take for a rewrite whose commit never happened: it is told the new one."""
     shutil.rmtree(job / "prvstream")
     shutil.rmtree(state)
     shutil.copytree(snap / "out", job / "prvstream")
     shutil.copytree(snap / "state", state)
+    journal = JobJournal.open(state, job)
+    journal.state.prv_inode = (job / "prvstream" / "job.prv").stat().st_ino
+    journal.commit()
 
 
 def main() -> None:

@@ -128,3 +128,42 @@ def test_a_job_without_block_codes_finalizes_from_its_exports(tmp_path: Path,
     for ext in OUTPUTS:
         assert trace.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()
     trace.close()
+
+
+def test_a_finalize_killed_before_its_commit_is_undone_without_exports(
+        tmp_path: Path, slices: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The canonical rewrite is renamed over the trace, then the process dies before the
+    journal commit: recovery puts back the committed trace (kept as a hard link) instead of
+    rebuilding it from exports, which are gone; finalize then equals convert."""
+    job, trace = _live(tmp_path, 0.37)
+    for src in slices[:3]:
+        target = job / src.name
+        shutil.copyfile(src, target)
+        trace.append(target, report_identity(target))
+    committed = trace.prv.read_bytes()
+    convert([str(job)], tmp_path / "batch", trace.settings)
+    for src in slices[:3]:
+        (job / src.name).unlink()
+
+    class Killed(BaseException):
+        pass
+
+    def die() -> None:
+        raise Killed
+
+    monkeypatch.setattr(trace, "_commit", die)
+    with pytest.raises(Killed):
+        trace.finalize()
+    assert trace.prv.read_bytes() != committed  # the rewrite is in place, uncommitted
+    trace.close()
+    trace.journal.unlock()
+    monkeypatch.undo()
+    journal = JobJournal.open(trace.settings.state_dir, job)
+    journal.lock()
+    again = LiveTrace(journal, job / "prvstream", "job", trace.settings)
+    again.recover()
+    assert again.prv.read_bytes() == committed
+    again.finalize()
+    again.close()
+    for ext in OUTPUTS:
+        assert again.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()

@@ -177,6 +177,9 @@ class ReportContext:
     #: host threads whose pending time is a grid cut, not the end of a call: their next
     #: Running piece continues the previous one (flagged in its key, ``kinds.hoststates``)
     host_cut: set[tuple[int, int]] = field(default_factory=set)
+    #: (task, thread) -> sorted trace-relative spans where earlier reports give that thread
+    #: host states: this report's host states there yield (``stream.claims``)
+    host_claimed: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
     _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
     #: the times trusted on the export's clock (``ExportMeta.bound_lo_ns/bound_hi_ns``)

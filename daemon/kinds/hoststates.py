@@ -3,7 +3,9 @@ and in the call's state inside one (synchronization, memory transfer, launch, ot
 
 BSC's BasicAnalysis takes a host thread's useful time from its Running state, so this is what
 makes host offload efficiency computable from a trace. Every CPU thread of a report with CUDA
-runtime calls gets states from the report's first record to its last. The Running stretch after
+runtime calls gets states from the report's first record to its last, outside the spans where
+an earlier report of the same process gives that thread states (overlapping capture ranges:
+the earlier report's states stand, ``stream.claims``). The Running stretch after
 a thread's last call cannot be written until its next call (or the report's end) is known; to
 keep memory bounded it is cut at every multiple of ``GRID`` and written up to the last grid
 point the runtime stream has passed, so the stream's watermark lags by at most ``GRID``. The
@@ -21,7 +23,8 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, make_keys, state_lines
 
-__all__ = ["GRID", "RANK", "api_state", "cut", "finish", "register", "states", "watermark"]
+__all__ = ["GRID", "RANK", "api_state", "cut", "finish", "register", "states", "watermark",
+           "yield_to"]
 
 log = get_logger(__name__)
 
@@ -68,15 +71,36 @@ def _cut(begin: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return cut(begin, end)
 
 
+def yield_to(spans: list[tuple[int, int]], begin: np.ndarray, end: np.ndarray,
+             state: np.ndarray, cont: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of states [begin, end) outside ``spans`` (claimed by earlier reports), in
+    begin order; a part that begins where a span ends continues nothing."""
+    for a, b in spans:
+        right = np.maximum(begin, b)
+        begin, end, state, cont = (np.concatenate((begin, right)),
+                                   np.concatenate((np.minimum(end, a), end)),
+                                   np.concatenate((state, state)),
+                                   np.concatenate((cont, cont & (right == begin))))
+        keep = end > begin
+        begin, end, state, cont = begin[keep], end[keep], state[keep], cont[keep]
+    order = np.argsort(begin, kind="stable")
+    return begin[order], end[order], state[order], cont[order]
+
+
 class _Out:
-    def __init__(self) -> None:
+    def __init__(self, ctx: ReportContext) -> None:
         self.parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.claimed = ctx.host_claimed
 
     def add(self, key: tuple[int, int], begin: np.ndarray, end: np.ndarray,
             state: np.ndarray | int, cont: np.ndarray | None = None) -> None:
+        st = np.broadcast_to(np.asarray(state, dtype=np.int64), begin.shape)
+        flags = np.zeros(len(begin), np.int64) if cont is None else cont.astype(np.int64)
+        spans = self.claimed.get(key)
+        if spans:
+            begin, end, st, flags = yield_to(spans, begin, end, st, flags)
         if len(begin):
-            st = np.broadcast_to(np.asarray(state, dtype=np.int64), begin.shape)
-            flags = np.zeros(len(begin), np.int64) if cont is None else cont.astype(np.int64)
             self.parts.append((key[0], key[1], begin, end, st, flags))
 
     def running(self, ctx: ReportContext, key: tuple[int, int], begin: np.ndarray,
@@ -116,7 +140,7 @@ def states(ctx: ReportContext, task: np.ndarray, thread: np.ndarray, start: np.n
            end: np.ndarray, state: np.ndarray) -> RecordBatch:
     """The states of one chunk of runtime calls (trace-relative times, in start order), then
     every registered thread Running up to the last grid point before the chunk's last call."""
-    out = _Out()
+    out = _Out(ctx)
     code = (task.astype(np.int64) << 32) | thread.astype(np.int64)
     order = np.lexsort((start, code))
     cuts = np.flatnonzero(np.diff(code[order])) + 1
@@ -143,6 +167,6 @@ def watermark(ctx: ReportContext, mark: int) -> int:
 
 def finish(ctx: ReportContext) -> RecordBatch:
     """Every registered thread Running from its last call to the report's last record."""
-    out = _Out()
+    out = _Out(ctx)
     _advance(ctx, out, ctx.end_rel)
     return out.batch(ctx)

@@ -38,6 +38,7 @@ from prvstream.daemon.scale.tasks import (
     plan_report,
 )
 from prvstream.daemon.stream.batch import expand_inputs
+from prvstream.daemon.stream.claims import earlier_claims
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import ConvertResult, numbering_of, trace_metadata
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -145,11 +146,12 @@ def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, or
                  settings: Settings, scratch: Path, *, spool: bool, thread_last: bool,
                  progress: Progress | None, planned: int) -> list[ConvertDone]:
     state = client.scatter(msgspec.json.encode(numbering.state), broadcast=True)
+    earlier = earlier_claims([f.claims for f in ordered])
     tasks = [ConvertTask(path=f.path, kinds=list(settings.kinds), origin=origin, index=i,
                          chunk_rows=settings.chunk_rows, phase_pattern=settings.phase_pattern,
                          rank_pattern=settings.rank_pattern,
                          run_base=str(scratch / f"run-{i:07d}"), spool=spool,
-                         thread_last=thread_last)
+                         thread_last=thread_last, earlier=earlier[i])
              for i, f in enumerate(ordered)]
     futures = [client.submit(convert_report, t, state, pure=False, retries=_RETRIES,
                              key=f"convert-{t.index}-{Path(t.path).name}-{id(tasks)}")

@@ -17,6 +17,7 @@ import msgspec
 
 from prvstream.daemon.scale.runs import RunInfo, RunWriter, merge_range
 from prvstream.daemon.stream.blockcodes import codes_of
+from prvstream.daemon.stream.claims import Claim, host_claims
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -57,6 +58,8 @@ class PlanFacts:
     planned_rows: int
     #: why the report cannot be converted ("" when it can)
     failed: str = ""
+    #: where it gives CPU threads host states (``stream.claims``)
+    claims: list[Claim] = field(default_factory=list)
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -81,6 +84,8 @@ class ConvertTask:
     spool: bool = False
     #: return each (task, thread)'s last record time
     thread_last: bool = False
+    #: the claims of earlier reports on its threads (``stream.claims``)
+    earlier: list[Claim] = field(default_factory=list)
 
 
 @dataclass
@@ -111,7 +116,8 @@ def plan_report(path: str, kinds: list[str]) -> PlanFacts:
         facts = PlanFacts(
             path=path, host=rep.host, wall_start=rep.wall_start, wall_end=rep.wall_end,
             objects=objects_of(rep), values=value_labels_of(rep),
-            planned_rows=sum(rep.plan.counts.get(k, 0) for k in rep.kinds))
+            planned_rows=sum(rep.plan.counts.get(k, 0) for k in rep.kinds),
+            claims=host_claims(rep))
         rep.close()  # keeps the plan; the convert task reopens it
     except BaseException:
         rep.close()
@@ -146,7 +152,7 @@ def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
     try:
         numbering = Numbering(msgspec.json.decode(numbering_state, type=NumberingState))
         ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern,
-                                   task.rank_pattern)
+                                   task.rank_pattern, task.earlier)
         for batch, _ in report_stream(rep, ctx, info, task.chunk_rows, spool, rows):
             if not len(batch):
                 continue

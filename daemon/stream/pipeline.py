@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from prvstream.daemon.kinds.context import (
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
 from prvstream.daemon.nsys.sources import ChunkSource, open_source
+from prvstream.daemon.stream.claims import Claim, relative_spans
 from prvstream.daemon.stream.merge import Stream, merge
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.ranks import RankedTask, rank_from_name
@@ -267,12 +268,13 @@ def register_report(numbering: Numbering, objects: ReportObjects,
 
 
 def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
-                   report_index: int, phase_pattern: str, rank_pattern: str = ""
-                   ) -> tuple[ReportContext, ReportInfo]:
+                   report_index: int, phase_pattern: str, rank_pattern: str = "",
+                   earlier: Sequence[Claim] = ()) -> tuple[ReportContext, ReportInfo]:
     """Register the report's objects in ``numbering`` and build its conversion context.
 
     A report with one GPU process and no MPI rank takes the rank its name carries
-    (``rank_pattern``) for its devices; the trace's tasks keep MPI ranks only.
+    (``rank_pattern``) for its devices; the trace's tasks keep MPI ranks only. ``earlier``:
+    the claims of earlier reports on its threads (``claims``), where its host states yield.
     """
     meta = rep.export.meta
     offset = meta.wall_offset_ns - origin_wall
@@ -303,7 +305,14 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     ctx.start_rel = meta.first_ns + offset
     gtids = [g for gpid in rep.plan.processes for g in stated.get(gpid, [])]
     if gtids:
-        hoststates.register(ctx, *ctx.cpu_objects(np.array(gtids, dtype=np.int64)))
+        cpu_tasks, cpu_threads = ctx.cpu_objects(np.array(gtids, dtype=np.int64))
+        hoststates.register(ctx, cpu_tasks, cpu_threads)
+        claimed = relative_spans(earlier, origin_wall)
+        for g, key in zip(gtids, zip(cpu_tasks.tolist(), cpu_threads.tolist(), strict=True),
+                          strict=True):
+            spans = claimed.get((rep.host, int(pid_of(g)), int(tid_of(g))))
+            if spans:
+                ctx.host_claimed[key] = spans
     devices: list[DeviceInfo] = []
     name_rank = _name_rank(rep, rank_pattern)
     for gpid, device in sorted({(g, d) for g, d, _ in rep.plan.streams}):

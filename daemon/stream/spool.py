@@ -1,4 +1,5 @@
-"""Spool one report's sink feed (GPU activity, NVTX phases) to a temporary file and replay it.
+"""Spool one report's sink feed (GPU activity, NVTX phases, host calls, tables) to a temporary
+file and replay it.
 
 Batch conversion of several reports interleaves their streams in one merge, while the
 efficiency model takes one report at a time; the daemon must not feed the model a block it may
@@ -21,7 +22,7 @@ __all__ = ["ReportSpool"]
 
 log = get_logger(__name__)
 
-_PHASES, _ACTIVITY, _TABLES, _DETAIL = 0, 1, 2, 3
+_PHASES, _ACTIVITY, _TABLES, _DETAIL, _HOST = 0, 1, 2, 3, 4
 
 
 class ReportSpool:
@@ -53,6 +54,9 @@ class ReportSpool:
 
     def add_phases(self, batch: np.ndarray) -> None:
         pickle.dump((_PHASES, batch), self._fh, protocol=5)
+
+    def add_host(self, batch: np.ndarray) -> None:
+        pickle.dump((_HOST, batch), self._fh, protocol=5)
 
     def add_tables(self, rows: TableRows) -> None:
         pickle.dump((_TABLES, rows), self._fh, protocol=5)
@@ -86,6 +90,10 @@ class ReportSpool:
                 add_detail = getattr(sink, "add_table_detail", None)
                 if add_detail is not None:
                     add_detail(batch)
+            elif kind == _HOST:
+                add_host = getattr(sink, "add_host", None)
+                if add_host is not None:
+                    add_host(batch)
             else:
                 sink.add_phases(batch)
         sink.end_report()

@@ -18,6 +18,7 @@ import numpy as np
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
+from prvstream.daemon.stream.claims import earlier_claims, host_claims
 from prvstream.daemon.stream.merge import (
     KEY_TIME,
     RecordBatch,
@@ -157,10 +158,12 @@ def write_trace(
     open_reports = min(len(ordered), settings.fan_in)
     chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
 
+    earlier = earlier_claims([host_claims(r) for r in ordered])
+
     def lazy(index: int, rep: PreparedReport) -> Stream:
         rep.open(chunk_rows)
         ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern,
-                                   settings.rank_pattern)
+                                   settings.rank_pattern, earlier[index])
         target = sink_for(rep) if sink_for is not None else sink
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,

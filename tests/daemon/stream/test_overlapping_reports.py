@@ -1,0 +1,119 @@
+"""Overlapping capture ranges of one process (``stream.claims``): the host states of each CPU
+thread never overlap, cover the union of the reports' spans, the overlap keeps the earlier
+report's states, and the summary's per-thread host time is the trace's Running time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import sqlite3
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from prvstream.daemon.cli.main import cli
+from prvstream.daemon.synthetic.spec import SynthSpec
+from prvstream.daemon.synthetic.synth import write_export
+from tests.compat.basicanalysis import HOST_ROW, analyse
+
+__all__: list[str] = []
+
+
+def _keep(path: Path, lo: float, hi: float) -> None:
+    """Keep only the rows starting in [lo, hi) of the CUDA runtime calls' start range."""
+    con = sqlite3.connect(path)
+    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+              if any(c[1] == "start" for c in con.execute(f"PRAGMA table_info({t})"))]
+    first, last = con.execute(
+        "SELECT MIN(start), MAX(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+    a, b = first + int(lo * (last - first)), first + int(hi * (last - first)) + 1
+    for t in tables:
+        con.execute(f"DELETE FROM {t} WHERE start < ? OR start >= ?", (a, b))
+    con.commit()
+    con.close()
+
+
+def _host_states(out: Path) -> dict[tuple[int, int], list[tuple[int, int, int]]]:
+    """(task, thread) of each host-thread row -> its state records (begin, end, state)."""
+    levels: dict[str, list[str]] = defaultdict(list)
+    level = ""
+    for line in out.with_suffix(".row").read_text().splitlines():
+        if line.startswith("LEVEL "):
+            level = line.split()[1]
+        elif line.strip():
+            levels[level].append(line.strip())
+    header = out.read_text().split("\n", 1)[0]
+    counts = [int(t.split(":")[0]) for t in header.rsplit("(", 1)[1].split(")")[0].split(",")]
+    objects = [(task, th) for task, n in enumerate(counts, 1) for th in range(1, n + 1)]
+    host = {o for o, label in zip(objects, levels["THREAD"], strict=True) if HOST_ROW.match(label)}
+    states: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    with out.open() as fh:
+        next(fh)
+        for line in fh:
+            f = line.split(":")
+            if f[0] == "1" and (int(f[3]), int(f[4])) in host:
+                states[(int(f[3]), int(f[4]))].append((int(f[5]), int(f[6]), int(f[7])))
+    return states
+
+
+@pytest.mark.parametrize("cuts", [((0.0, 0.7), (0.3, 1.0)), ((0.0, 1.0), (0.2, 0.6))])
+def test_overlapping_reports_of_one_process_write_no_overlapping_host_states(
+        cuts: tuple[tuple[float, float], ...], tmp_path: Path) -> None:
+    whole = write_export(tmp_path / "whole.sqlite", SynthSpec(ranks=1, steps=6), 0)
+    parts = []
+    for name, (lo, hi) in zip(("a", "b"), cuts, strict=True):
+        part = tmp_path / f"rank0-{name}.sqlite"
+        shutil.copy(whole, part)
+        _keep(part, lo, hi)
+        parts.append(part)
+    whole.unlink()
+    spans = {}
+    for part in parts:
+        single = tmp_path / f"single-{part.stem}"
+        assert cli("convert", str(part), "-o", str(single), "--no-progress") == 0
+        spans[part.stem] = json.loads(single.with_name(single.name + ".summary.json")
+                                      .read_text())["captured_ns"]
+    out = tmp_path / "both"
+    assert cli("convert", *map(str, parts), "-o", str(out), "--no-progress") == 0
+    prv = out.with_name(out.name + ".prv")
+    states = _host_states(prv)
+    assert states, "the synthetic export has host threads with CUDA runtime calls"
+    summary = json.loads(out.with_name(out.name + ".summary.json").read_text())
+    covered = []
+    for obj, recs in states.items():
+        recs.sort()
+        for (_, e0, _), (b1, _, _) in itertools.pairwise(recs):
+            assert e0 <= b1, f"host states overlap on {obj}: ends {e0}, next begins {b1}"
+        covered.append(sum(e - b for b, e, _ in recs))
+    # each thread is covered over the union of the two reports' spans, never more
+    union = summary["captured_ns"]
+    assert union < sum(spans.values())  # the reports do overlap
+    assert all(c == union for c in covered), (covered, union)
+    # the summary counts per thread what the trace shows: Running = useful, over the union
+    ba = analyse(prv)
+    (row,) = summary["host_metrics"]["hosts"]
+    assert row["threads"] == ba.host_threads == len(states)
+    assert row["thread_captured_ns"] == len(states) * union
+    assert row["thread_useful_ns"] == ba.host_useful_ns
+    assert summary["host_metrics"]["device_offload_efficiency"] == pytest.approx(
+        ba.offload(union), rel=1e-12)
+
+
+def test_host_time_of_several_reports_is_each_ones_alone(tmp_path: Path) -> None:
+    """A multi-report conversion spools each report's feed, host calls included."""
+    spec = SynthSpec(ranks=2, steps=4)
+    exports = [write_export(tmp_path / f"r{r}.sqlite", spec, r) for r in range(2)]
+    alone = []
+    for export in exports:
+        out = tmp_path / f"alone-{export.stem}"
+        assert cli("convert", str(export), "-o", str(out), "--no-progress") == 0
+        alone += json.loads(out.with_name(out.name + ".summary.json").read_text())[
+            "host_metrics"]["hosts"]
+    out = tmp_path / "both"
+    assert cli("convert", *map(str, exports), "-o", str(out), "--no-progress") == 0
+    both = json.loads(out.with_name(out.name + ".summary.json").read_text())
+    rows = both["host_metrics"]["hosts"]
+    assert all(r["runtime_ns"] > 0 and r["thread_runtime_ns"] > 0 for r in rows)
+    assert sorted(rows, key=lambda r: r["pid"]) == sorted(alone, key=lambda r: r["pid"])

@@ -247,6 +247,7 @@ class HostTotals:
         acc: dict[tuple[str, int], list[int]] = {}
         lo, hi = 2**62, -(2**62)
         zero = [0] * HOST_WIDTH
+        mpi = False  # MPI calls captured inside an occurrence of their own process
         for key, s, e, i in occurrences:
             hp = self.processes.get(key)
             if hp is None:
@@ -255,6 +256,7 @@ class HostTotals:
             each = [covered(sp, s, e) for sp in hp.threads.values()]
             if t <= 0 and not any(each):
                 continue
+            mpi = mpi or covered(hp.mpi_spans, s, e) > 0
             v, tv = hp.instances.get(i, zero), hp.thread_instances.get(i, zero)
             row = acc.setdefault(key, [0] * 7)
             for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
@@ -263,7 +265,7 @@ class HostTotals:
         rows = [(self.processes[k], HostSample(k[0], k[1], self.processes[k].rank, r[0], r[1],
                                                r[2], r[3], r[4], r[5], r[6]))
                 for k, r in sorted(acc.items())]
-        return _rows_metrics(rows, lo, hi)
+        return _rows_metrics(rows, lo, hi, mpi)
 
 
 def _phases(instances: Table, kind: int, recent: list[tuple[int, int, int]] | None,
@@ -280,12 +282,13 @@ def _phases(instances: Table, kind: int, recent: list[tuple[int, int, int]] | No
 
 
 def _rows_metrics(rows: Sequence[tuple[HostProcess, HostSample]], start: int,
-                  end: int) -> HostMetrics | None:
-    """host_metrics of (process, sample) rows; MPI ones where any process has a report with
-    MPI calls in [start, end)."""
+                  end: int, mpi: bool | None = None) -> HostMetrics | None:
+    """host_metrics of (process, sample) rows; MPI ones where ``mpi``, by default where any
+    process has a report with MPI calls in [start, end)."""
     if not rows:
         return None
-    mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, _ in rows)
+    if mpi is None:
+        mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, _ in rows)
     return host_metrics([r for _, r in rows], mpi=mpi)
 
 

@@ -2,14 +2,16 @@
 
 BasicAnalysis is not vendored or run here; these are the facts it relies on, stated as code
 so tests can pin them on our traces. It takes a trace for nsys2prv's when the .pcf has no
-``STATES`` section and carries nsys2prv's labels, else for Extrae's. On an Extrae-style trace it
-classifies .row thread labels: ``THREAD a.t.h`` rows are host threads, ``CUDA-D<d>.S<s>-<node>``
-rows are GPU streams of device ``<node>:D<d>``. Device useful time is the union of the kernel
-(63000006) intervals of a device's streams; its communication is the union of memory
-operations (63000001) and NCCL kernels (63000007) not under useful time; T is the trace length.
-Host useful time is the time host threads spend in state 1 Running, the time in CUDA calls
-that of event 63000000; without MPI its host device offload efficiency is the Running time over
-(host threads x T).
+``STATES`` section and carries nsys2prv's labels (then: stream rows ``CUDA-D<d>.S<s>`` on the
+task's node, host threads = the other rows of processes with streams, memcpy values 3-6 only,
+host useful = T minus each host thread's time in CUDA calls), else for Extrae's. On an
+Extrae-style trace it classifies .row thread labels: ``THREAD a.t.h`` rows are host threads,
+``CUDA-D<d>.S<s>-<node>`` rows are GPU streams of device ``<node>:D<d>``. Device useful time
+is the union of the kernel (63000006) intervals of a device's streams; its communication is
+the union of memory operations (63000001) and NCCL kernels (63000007) not under useful time;
+T is the trace length. Host useful time is the time host threads spend in state 1 Running,
+the time in CUDA calls that of event 63000000; without MPI its host device offload
+efficiency is the host useful time over (host threads x T).
 """
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["HOST_ROW", "STREAM_ROW", "Metrics", "analyse", "union"]
+__all__ = ["HOST_ROW", "NSYS2PRV_LABELS", "STREAM_ROW", "Metrics", "analyse", "union"]
 
 #: the host-thread and GPU-stream row labels BasicAnalysis recognises in Extrae-style traces
 HOST_ROW = re.compile(r"^THREAD\s+(\d+)\.(\d+)\.(\d+)\s*$")
 STREAM_ROW = re.compile(r"^(?:CUDA|HIP)-(D\d+)\.[^-]*-(\S+)\s*$")
 _GPU = {63000006: "kernel", 63000001: "memop", 63000007: "nccl"}
+#: nsys2prv's traces: their .pcf labels, stream rows without the node, GPU metrics rows, and
+#: the memcpy values BasicAnalysis counts (it hard-codes 3-6; nsys2prv numbers them as it goes)
+NSYS2PRV_LABELS = ("CUDA memcpy kernel", "NCCL kernel")
+NSYS2PRV_STREAM_ROW = re.compile(r"^(?:CUDA|HIP)-(D\d+)\.S(\d+)(?:-(\S+))?\s*$")
+METRICS_ROW = re.compile(r"^Metrics GPU\d+\s*$")
+NSYS2PRV_MEMOPS = frozenset({3, 4, 5, 6})
 
 
 def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -66,6 +74,7 @@ class Metrics:
     host_useful_ns: int = 0
     host_cuda_ns: int = 0
     has_states: bool = False
+    nsys2prv: bool = False
 
     def device(self, t_ns: int) -> dict[str, float]:
         """LB, CE, OE, PE over ``t_ns`` (BasicAnalysis: the trace length)."""
@@ -85,31 +94,42 @@ class Metrics:
 
 
 def analyse(prv: Path) -> Metrics:
+    """What BasicAnalysis reads from ``prv``: as nsys2prv's when its .pcf has no STATES and
+    nsys2prv's labels, else as Extrae's."""
     with prv.open() as fh:
         header = fh.readline()
-    counts = [int(t.split(":")[0]) for t in header.rsplit("(", 1)[1].split(")")[0].split(",")]
-    labels: list[str] = []
+    entries = [t.split(":") for t in header.rsplit("(", 1)[1].split(")")[0].split(",")]
+    counts = [int(t[0]) for t in entries]
+    levels: dict[str, list[str]] = defaultdict(list)
     level = ""
     for line in prv.with_suffix(".row").read_text().splitlines():
         if line.startswith("LEVEL "):
             level = line.split()[1]
-        elif line.strip() and level == "THREAD":
-            labels.append(line.strip())
+        elif line.strip():
+            levels[level].append(line.strip())
+    pcf = prv.with_suffix(".pcf").read_text()
+    has_states = re.search(r"(?m)^STATES\s*$", pcf) is not None
+    nsys2prv = not has_states and any(label in pcf for label in NSYS2PRV_LABELS)
     objects = [(task, thread) for task, n in enumerate(counts, 1) for thread in range(1, n + 1)]
     stream_of: dict[tuple[int, int], str] = {}
     host: set[tuple[int, int]] = set()
-    for obj, label in zip(objects, labels, strict=True):
-        m = STREAM_ROW.match(label)
-        if m:
+    for obj, label in zip(objects, levels["THREAD"], strict=True):
+        m = (NSYS2PRV_STREAM_ROW if nsys2prv else STREAM_ROW).match(label)
+        if m and nsys2prv:
+            node_id = int(entries[obj[0] - 1][1])
+            node = levels["NODE"][node_id - 1] if 0 < node_id <= len(levels["NODE"]) \
+                else f"node{node_id}"
+            stream_of[obj] = f"{m.group(3) or node}:{m.group(1)}"
+        elif m:
             stream_of[obj] = f"{m.group(2)}:{m.group(1)}"
-        elif HOST_ROW.match(label):
+        elif (nsys2prv and not METRICS_ROW.match(label)) or HOST_ROW.match(label):
             host.add(obj)
-    metrics = Metrics(has_states=re.search(r"(?m)^STATES\s*$", prv.with_suffix(".pcf")
-                                           .read_text()) is not None,
-                      host_threads=len(host))
+    if nsys2prv:  # the host threads of the processes with GPU streams
+        host = {o for o in host if o[0] in {s[0] for s in stream_of}}
+    metrics = Metrics(has_states=has_states, nsys2prv=nsys2prv, host_threads=len(host))
     opened: dict[tuple[tuple[int, int], int], int] = {}
     gpu: dict[str, dict[str, list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    cuda_calls = 0
+    cuda_calls: dict[tuple[int, int], int] = defaultdict(int)
     end = 0
     with prv.open() as fh:
         next(fh)
@@ -131,15 +151,19 @@ def analyse(prv: Path) -> Metrics:
                     if value != "0":
                         opened[key] = t
                     elif key in opened:
-                        cuda_calls += t - opened.pop(key)
+                        cuda_calls[obj] += t - opened.pop(key)
                 elif int(etype) in _GPU and obj in stream_of:
-                    if value != "0":
+                    if value == "0":
+                        if key in opened:
+                            gpu[stream_of[obj]][_GPU[int(etype)]].append((opened.pop(key), t))
+                    elif not (nsys2prv and int(etype) == 63000001
+                              and int(value) not in NSYS2PRV_MEMOPS):
                         opened[key] = t
-                    elif key in opened:
-                        gpu[stream_of[obj]][_GPU[int(etype)]].append((opened.pop(key), t))
-    metrics.host_cuda_ns = cuda_calls
+    metrics.host_cuda_ns = sum(cuda_calls.values())
     declared = re.search(r"\):(\d+)(?:_ns)?:", header)
     metrics.trace_ns = max(end, int(declared.group(1)) if declared else 0)
+    if nsys2prv:  # no states: the elapsed time minus the time in CUDA calls, per thread
+        metrics.host_useful_ns = sum(max(metrics.trace_ns - cuda_calls[o], 0) for o in host)
     for device in sorted(set(stream_of.values())):
         useful = union(gpu[device]["kernel"])
         comm = union(gpu[device]["memop"] + gpu[device]["nccl"])

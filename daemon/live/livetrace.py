@@ -297,6 +297,7 @@ class LiveTrace:
         new_capacity = max(2 * state.header_capacity, need)
         old_capacity = state.header_capacity
         state.header_capacity = new_capacity
+        blockfinal.keep_committed(self)  # a crash before the commit puts it back
         grow_header(self.prv, old_capacity, self._header())
         shift = new_capacity - old_capacity
         state.prv_length += shift

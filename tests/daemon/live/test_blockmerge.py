@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.live.blockstore import BlockStore
@@ -18,7 +19,7 @@ from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.stream.batch import convert
-from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
+from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export, write_job
 from tests.conftest import real_exports
 from tests.prv_check import validate
 
@@ -165,5 +166,72 @@ def test_a_finalize_killed_before_its_commit_is_undone_without_exports(
     assert again.prv.read_bytes() == committed
     again.finalize()
     again.close()
+    for ext in OUTPUTS:
+        assert again.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()
+
+
+def test_a_header_growth_killed_before_its_commit_is_undone_without_exports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The header outgrows its capacity: the grown file is renamed over the trace, then the
+    process dies before the journal commit. Recovery puts back the committed trace from its
+    hard link (the exports are gone), and finalize equals convert of what was committed."""
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=40, hosts=40, steps=1))
+    job = tmp_path / "job"
+    job.mkdir()
+    settings = load_settings(None, {"state_dir": str(tmp_path / "state"), "header_capacity": 256},
+                             environ={})
+    journal = JobJournal.open(settings.state_dir, job)
+    journal.lock()
+    trace = LiveTrace(journal, job / "prvstream", "job", settings)
+    grown: list[bool] = []
+    real_grow = trace._grow_header
+
+    def grow() -> None:
+        real_grow()
+        grown.append(True)
+
+    class Killed(BaseException):
+        pass
+
+    real_commit = trace._commit
+
+    def commit() -> None:
+        if grown:
+            raise Killed
+        real_commit()
+
+    def no_roll_back(snapshot: bytes) -> None:  # a kill -9 rolls nothing back
+        pass
+
+    monkeypatch.setattr(trace, "_grow_header", grow)
+    monkeypatch.setattr(trace, "_commit", commit)
+    monkeypatch.setattr(trace, "_roll_back", no_roll_back)
+    committed_sources: list[Path] = []
+    with pytest.raises(Killed):
+        for src in sources:
+            target = job / src.name
+            shutil.copyfile(src, target)
+            trace.append(target, report_identity(target))
+            committed_sources.append(src)
+    assert grown and committed_sources
+    trace.close()
+    journal.unlock()
+    monkeypatch.undo()
+    for src in sources:
+        (job / src.name).unlink(missing_ok=True)
+    journal = JobJournal.open(settings.state_dir, job)
+    journal.lock()
+    again = LiveTrace(journal, job / "prvstream", "job", settings)
+    with capture_logs() as logs:
+        again.recover()
+    assert not [e for e in logs if e["event"] == "trace_replaced_uncommitted_rebuilding"]
+    validate(again.prv)
+    again.finalize()
+    again.close()
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for src in committed_sources:
+        shutil.copyfile(src, inputs / src.name)
+    convert([str(inputs)], tmp_path / "batch", settings)
     for ext in OUTPUTS:
         assert again.prv.with_suffix(ext).read_bytes() == (tmp_path / f"batch{ext}").read_bytes()

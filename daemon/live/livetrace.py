@@ -33,6 +33,7 @@ from prvstream.daemon.live.journal import (
     ReportEntry,
     ThreadTime,
 )
+from prvstream.daemon.live.published import Published
 from prvstream.daemon.stream.blockcodes import codes_of
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import (
@@ -50,7 +51,6 @@ from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.daemon.stream.trace import (
     ConvertResult,
     thread_spans,
-    trace_metadata,
     track_thread_last,
     write_trace,
 )
@@ -144,6 +144,8 @@ class LiveTrace:
             state.header_capacity = settings.header_capacity
         if not state.skew_allowance_ns:
             state.skew_allowance_ns = int(settings.skew_allowance * _NS)
+        self._published = Published(Numbering(state.numbering))
+        self._pcf_written = b""
         self.numbering = Numbering(state.numbering)
         #: the committed blocks' codes and report metas (finalize reads no export)
         self.blocks = BlockStore(journal)
@@ -211,7 +213,7 @@ class LiveTrace:
             else:
                 self.prv.unlink()
         if state.reports:
-            self._publish_metadata()
+            self._publish_metadata(force=True)
         writer = SummaryWriter(self.summary_jsonl)
         if writer.length > state.summary_length:
             writer.truncate_to(state.summary_length)
@@ -277,10 +279,20 @@ class LiveTrace:
         self.model.discard_updates()
 
     # -- publishing ------------------------------------------------------------------------
+    @property
+    def numbering(self) -> Numbering:
+        """The live ids (replacing them resets what is kept formatted for publishing)."""
+        return self._numbering
+
+    @numbering.setter
+    def numbering(self, numbering: Numbering) -> None:
+        self._numbering = numbering
+        self._published.reset(numbering)
+        self._pcf_written = b""
+
     def _header(self) -> bytes:
-        return pv.header_line(self.numbering.layout(), self.end_time,
-                              self.journal.state.origin_wall_ns or 0,
-                              self.journal.state.header_capacity)
+        return self._published.header(self.end_time, self.journal.state.origin_wall_ns or 0,
+                                      self.journal.state.header_capacity)
 
     def _publish_header(self) -> None:
         """Rewrite the header in place, or the whole file when it outgrew its capacity."""
@@ -307,10 +319,13 @@ class LiveTrace:
         # the block being appended is not in the journal yet: it moves too
         self._last_block = (self._last_block[0] + shift, self._last_block[1] + shift)
 
-    def _publish_metadata(self) -> None:
-        pcf, row = trace_metadata(self.numbering)
-        self.out.replace(self.pcf.name, pcf)
-        self.out.replace(self.row.name, row)
+    def _publish_metadata(self, *, force: bool = False) -> None:
+        """Replace ``.row`` and, when its labels grew (or ``force``), ``.pcf``."""
+        pcf = self._published.pcf()
+        if force or pcf is not self._pcf_written:
+            self.out.replace(self.pcf.name, pcf)
+            self._pcf_written = pcf
+        self.out.replace(self.row.name, self._published.row())
 
     def _publish_summary(self) -> None:
         writer = SummaryWriter(self.summary_jsonl)

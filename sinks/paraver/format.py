@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,9 +47,12 @@ __all__ = [
     "EventTypeSpec",
     "TaskLayout",
     "TraceLayout",
+    "header_from_parts",
     "header_line",
+    "header_task",
     "pcf_text",
     "rewrite_header",
+    "row_from_parts",
     "row_label",
     "row_text",
     "sanitize_label",
@@ -188,16 +191,28 @@ class EventTypeSpec:
     gradient: int = 0
 
 
-def _header_body(layout: TraceLayout, end_time: int, origin_wall_ns: int) -> str:
+def header_task(threads: int, node: int) -> str:
+    """One task's ``<threads>:<node>`` in the header's task list."""
+    return f"{max(threads, 1)}:{node}"
+
+
+def header_from_parts(nodes: int, tasks: Sequence[str], end_time: int, origin_wall_ns: int,
+                      capacity: int = 0) -> bytes:
+    """``header_line`` from the node count and each task's ``header_task`` (a live trace
+    keeps them between appends)."""
     when = dt.datetime.fromtimestamp(origin_wall_ns / 1e9, tz=dt.UTC)
     stamp = when.strftime("%d/%m/%Y at %H:%M")
-    nodes = ",".join("1" for _ in layout.nodes) or "1"
-    tasks = ",".join(f"{max(len(t.threads), 1)}:{t.node}" for t in layout.tasks) or "1:1"
-    ntasks = max(len(layout.tasks), 1)
-    return (
-        f"#Paraver ({stamp}):{max(end_time, 0)}_ns:{max(len(layout.nodes), 1)}({nodes})"
-        f":1:{ntasks}({tasks}),0"
-    )
+    node_list = ",".join("1" for _ in range(nodes)) or "1"
+    task_list = ",".join(tasks) or "1:1"
+    body = (
+        f"#Paraver ({stamp}):{max(end_time, 0)}_ns:{max(nodes, 1)}({node_list})"
+        f":1:{max(len(tasks), 1)}({task_list}),0"
+    ).encode()
+    if capacity <= 0:
+        return body + b"\n"
+    if len(body) + 1 > capacity:
+        raise ValueError(f"header needs {len(body) + 1} bytes, capacity is {capacity}")
+    return body + b" " * (capacity - len(body) - 1) + b"\n"
 
 
 def header_line(
@@ -208,12 +223,9 @@ def header_line(
     Raises ``ValueError`` when the header does not fit; callers then rewrite the file with a
     larger capacity.
     """
-    body = _header_body(layout, end_time, origin_wall_ns).encode()
-    if capacity <= 0:
-        return body + b"\n"
-    if len(body) + 1 > capacity:
-        raise ValueError(f"header needs {len(body) + 1} bytes, capacity is {capacity}")
-    return body + b" " * (capacity - len(body) - 1) + b"\n"
+    return header_from_parts(len(layout.nodes),
+                             [header_task(len(t.threads), t.node) for t in layout.tasks],
+                             end_time, origin_wall_ns, capacity)
 
 
 def rewrite_header(path: Path, header: bytes) -> None:
@@ -288,13 +300,22 @@ def row_label(task: int, thread: int, key: tuple[int, int, int], host: str) -> s
 
 def row_text(layout: TraceLayout) -> str:
     """The .row file: CPU, node, task and thread names in object order."""
-    nodes = layout.nodes or ["node"]
+    return row_from_parts([sanitize_label(n) for n in layout.nodes],
+                          [sanitize_label(t.name) for t in layout.tasks],
+                          [[sanitize_label(name) for name in t.threads]
+                           for t in layout.tasks]).decode()
+
+
+def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
+                   threads: Sequence[Sequence[str]]) -> bytes:
+    """The .row file from names already sanitized: nodes, tasks, each task's threads (a live
+    trace keeps them between appends)."""
+    nodes = nodes or ["node"]
     out = [f"LEVEL CPU SIZE {len(nodes)}"]
-    out += [f"CPU {i}.1 {sanitize_label(n)}" for i, n in enumerate(nodes, 1)]
-    out += ["", f"LEVEL NODE SIZE {len(nodes)}"]
-    out += [sanitize_label(n) for n in nodes]
-    out += ["", f"LEVEL TASK SIZE {len(layout.tasks)}"]
-    out += [sanitize_label(t.name) for t in layout.tasks]
-    out += ["", f"LEVEL THREAD SIZE {layout.thread_count()}"]
-    out += [sanitize_label(name) for t in layout.tasks for name in t.threads]
-    return "\n".join(out) + "\n"
+    out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
+    out += ["", f"LEVEL NODE SIZE {len(nodes)}", *nodes]
+    out += ["", f"LEVEL TASK SIZE {len(tasks)}", *tasks]
+    out += ["", f"LEVEL THREAD SIZE {sum(len(t) for t in threads)}"]
+    for names in threads:
+        out += names
+    return ("\n".join(out) + "\n").encode()

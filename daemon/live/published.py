@@ -1,0 +1,71 @@
+"""What a live trace publishes besides its blocks (header task list, ``.row``, ``.pcf``), kept
+formatted between commits: a commit formats only the objects and labels it added, so its cost
+does not grow with the tasks already in the trace.
+"""
+
+from __future__ import annotations
+
+from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.trace import event_types
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import format as pv
+
+__all__ = ["Published"]
+
+log = get_logger(__name__)
+
+
+class Published:
+    """The formatted parts of one numbering's header, ``.row`` and ``.pcf``; byte for byte
+    what ``pv.header_line``, ``trace_metadata`` write for it. The numbering only grows (live
+    ids); ``reset`` after it is replaced."""
+
+    def __init__(self, numbering: Numbering) -> None:
+        self.reset(numbering)
+
+    def reset(self, numbering: Numbering) -> None:
+        self.numbering = numbering
+        self._nodes: list[str] = []
+        self._node_ids: dict[str, int] = {}
+        self._tasks: list[str] = []
+        self._header_tasks: list[str] = []
+        self._threads: list[list[str]] = []
+        self._pcf_key: tuple[tuple[str, int], ...] | None = None
+        self._pcf = b""
+
+    def _catch_up(self) -> None:
+        """Format what the numbering gained since the last call (a length check per task)."""
+        nb = self.numbering
+        for host in nb.nodes[len(self._nodes):]:
+            self._node_ids[host] = len(self._nodes) + 1
+            self._nodes.append(pv.sanitize_label(host))
+        for entry in nb.tasks[len(self._tasks):]:
+            self._tasks.append(pv.sanitize_label(entry.name))
+            self._threads.append([])
+            self._header_tasks.append(pv.header_task(0, self._node_ids[entry.host]))
+        for task_id, entry in enumerate(nb.tasks, 1):
+            names = self._threads[task_id - 1]
+            if len(names) == len(entry.thread_keys):
+                continue
+            for thread, key in enumerate(entry.thread_keys[len(names):], len(names) + 1):
+                names.append(pv.sanitize_label(pv.row_label(task_id, thread, key, entry.host)))
+            self._header_tasks[task_id - 1] = pv.header_task(len(names),
+                                                             self._node_ids[entry.host])
+
+    def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
+        """``pv.header_line`` of the numbering (``ValueError`` when over ``capacity``)."""
+        self._catch_up()
+        return pv.header_from_parts(len(self._nodes), self._header_tasks, end_time,
+                                    origin_wall_ns, capacity)
+
+    def row(self) -> bytes:
+        self._catch_up()
+        return pv.row_from_parts(self._nodes, self._tasks, self._threads)
+
+    def pcf(self) -> bytes:
+        """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""
+        key = tuple((group, len(labels)) for group, labels in self.numbering.values.items())
+        if key != self._pcf_key:
+            self._pcf = pv.pcf_text(event_types(self.numbering)).encode()
+            self._pcf_key = key
+        return self._pcf

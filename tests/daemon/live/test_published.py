@@ -1,0 +1,36 @@
+"""The live trace's kept-formatted header, ``.row`` and ``.pcf`` equal what the numbering
+gives when formatted from scratch, however it grew between commits."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon.live.published import Published
+from prvstream.daemon.stream.numbering import Numbering, cpu_key, gpu_key
+from prvstream.daemon.stream.trace import trace_metadata
+from prvstream.sinks.paraver import format as pv
+
+#: one growth step: (host, pid, thread tid or -1 for a GPU stream, value group, label)
+_step = st.tuples(st.sampled_from(["n1", "n2", "node\u2028three"]),
+                  st.integers(1, 6), st.integers(-1, 4),
+                  st.sampled_from(["kernel", "api", "nvtx_domain"]),
+                  st.text(alphabet="abc\x85 ", max_size=4))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_step, max_size=6), min_size=1, max_size=6))
+def test_published_equals_formatting_from_scratch(commits: list[list[tuple]]) -> None:
+    numbering = Numbering()
+    published = Published(numbering)
+    for commit in commits:
+        for host, pid, tid, group, label in commit:
+            task = numbering.task(host, pid, f"proc{pid}")
+            key = cpu_key(tid) if tid >= 0 else gpu_key(0, pid)
+            numbering.thread(task, key, f"t{tid}")
+            numbering.value(group, label)
+        pcf, row = trace_metadata(numbering)
+        assert published.pcf() == pcf
+        assert published.row() == row
+        want = pv.header_line(numbering.layout(), 12345, 10**18, 4096)
+        assert published.header(12345, 10**18, 4096) == want

@@ -495,7 +495,7 @@ class LiveTrace:
         the fsync, header and ``.pcf``/``.row`` to the group's end."""
         state = self.journal.state
         assert state.origin_wall_ns is not None
-        saved = _copy_numbering(state.numbering)
+        mark = self.numbering.mark()
         rows: Counter[str] = Counter()
         block_threads: dict[tuple[int, int], int] = {}
         checked: set[tuple[int, int]] = set()
@@ -543,7 +543,8 @@ class LiveTrace:
                     codes.abort()
                 fh.truncate(start if not fresh else 0)
                 fh.flush()
-                self._restore_numbering(saved)
+                self.numbering.undo(mark)
+                self._published.reset(self.numbering)
                 raise
         state.prv_length = length
         state.end_time = end_time
@@ -555,10 +556,6 @@ class LiveTrace:
             self._publish_header()
             self._publish_metadata()
         return rows, records
-
-    def _restore_numbering(self, saved: NumberingState) -> None:
-        self.journal.state.numbering = saved
-        self.numbering = Numbering(saved)
 
     def _check_order(self, spans: list[tuple[tuple[int, int], int, int]],
                      checked: set[tuple[int, int]]) -> None:

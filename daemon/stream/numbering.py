@@ -80,6 +80,31 @@ class Numbering:
         self._value_index: dict[str, dict[str, int]] = {}
         #: task id -> thread key -> thread id (built on first use per task)
         self._thread_index: dict[int, dict[ThreadKey, int]] = {}
+        #: (task id, position) of each thread added since the last ``mark``
+        self._grown: list[tuple[int, int]] = []
+        self.reindex()
+
+    def mark(self) -> tuple[int, int, dict[str, int]]:
+        """A point to go back to with ``undo`` (ids added after it are forgotten); costs
+        O(value groups), not O(tasks)."""
+        self._grown.clear()
+        return len(self.nodes), len(self.tasks), {g: len(v) for g, v in self.values.items()}
+
+    def undo(self, mark: tuple[int, int, dict[str, int]]) -> None:
+        """Forget every id added since ``mark`` (in place: ``state`` stays the same object)."""
+        nodes, tasks, values = mark
+        for task_id, position in self._grown:
+            if task_id <= tasks:
+                entry = self.tasks[task_id - 1]
+                del entry.thread_keys[position:], entry.thread_names[position:]
+        self._grown.clear()
+        del self.nodes[nodes:], self.tasks[tasks:]
+        for group in list(self.values):
+            if group in values:
+                del self.values[group][values[group]:]
+            else:
+                del self.values[group]
+        self._thread_index.clear()
         self.reindex()
 
     def reindex(self) -> None:
@@ -121,6 +146,7 @@ class Numbering:
         found = index.get(tkey)
         if found is not None:
             return found
+        self._grown.append((task_id, len(entry.thread_keys)))
         entry.thread_keys.append(key)
         entry.thread_names.append(clean_label(name))
         index[tkey] = len(entry.thread_keys)

@@ -5,6 +5,7 @@ The views (records) are built by ``RecordViews``; the exportable, mergeable stat
 
 from __future__ import annotations
 
+import itertools
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -96,6 +97,8 @@ class EfficiencyModel(RecordViews):
         self._has: list[np.ndarray] = []
         #: per (process, phase name): its occurrences' start and end, in order (pairs)
         self._occ_spans: dict[tuple[tuple[str, int], str], array[int]] = {}
+        self._occ_by_proc: dict[tuple[str, int], dict[str, array[int]]] = {}
+        self._occ_indexed = 0
         self._report: Report | None = None
         self._reports = 0
         self._last_report = ""
@@ -249,10 +252,20 @@ class EfficiencyModel(RecordViews):
         # return_counts: np.unique's plain form checks for masked arrays, importing numpy.ma
         for p in np.unique(rows.process, return_counts=True)[0].tolist():
             proc = rep.processes[p]
-            spans = {n: s for (pr, n), s in self._occ_spans.items() if pr == proc}
+            spans = self._spans_of(proc)
             if spans:
                 for name, agg in phase_rows(rows.take(rows.process == p), rep.origin, spans):
                     self._phase_tables.setdefault(name, Tables()).add(agg)
+
+    def _spans_of(self, proc: tuple[str, int]) -> dict[str, array[int]]:
+        """``_occ_spans`` of one process by phase name (indexed as keys are added, so a
+        lookup does not grow with the processes in the job)."""
+        if len(self._occ_spans) != self._occ_indexed:
+            for (pr, name), spans in itertools.islice(self._occ_spans.items(),
+                                                      self._occ_indexed, None):
+                self._occ_by_proc.setdefault(pr, {})[name] = spans
+            self._occ_indexed = len(self._occ_spans)
+        return self._occ_by_proc.get(proc, {})
 
     def add_tables(self, rows: TableRows) -> None:
         """Take one chunk's per-name aggregates for the top-N tables (any order)."""

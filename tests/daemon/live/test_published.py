@@ -34,3 +34,30 @@ def test_published_equals_formatting_from_scratch(commits: list[list[tuple]]) ->
         assert published.row() == row
         want = pv.header_line(numbering.layout(), 12345, 10**18, 4096)
         assert published.header(12345, 10**18, 4096) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_step, max_size=8), st.lists(_step, min_size=1, max_size=8))
+def test_numbering_undo_forgets_exactly_what_came_after_the_mark(
+        before: list[tuple], after: list[tuple]) -> None:
+    import msgspec
+
+    def add(numbering: Numbering, steps: list[tuple]) -> None:
+        for host, pid, tid, group, label in steps:
+            task = numbering.task(host, pid, f"proc{pid}")
+            numbering.thread(task, cpu_key(tid) if tid >= 0 else gpu_key(0, pid), f"t{tid}")
+            numbering.value(group, label)
+
+    numbering = Numbering()
+    add(numbering, before)
+    state = numbering.state
+    at_mark = msgspec.json.encode(state)
+    mark = numbering.mark()
+    add(numbering, after)
+    numbering.undo(mark)
+    assert numbering.state is state
+    assert msgspec.json.encode(state) == at_mark
+    fresh = Numbering(msgspec.json.decode(at_mark, type=type(state)))
+    add(numbering, after)  # ids handed out again as a fresh copy would
+    add(fresh, after)
+    assert msgspec.json.encode(numbering.state) == msgspec.json.encode(fresh.state)

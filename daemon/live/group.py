@@ -25,9 +25,12 @@ __all__ = ["GROUP_MAX_REPORTS", "GROUP_MAX_SECONDS", "append_group"]
 log = get_logger(__name__)
 
 #: a group stops taking reports at this many, or once this many seconds went into it (what a
-#: kill -9 can cost, and how late the first of them shows in the trace)
+#: kill -9 can cost, and how late the first of them shows in the trace) or, when more, this
+#: many times what the last group's commit took: the commit (the efficiency model's update
+#: and checkpoint grow with the devices in the job) stays a small share of a report's cost
 GROUP_MAX_REPORTS = 256
 GROUP_MAX_SECONDS = 2.0
+GROUP_COMMIT_FACTOR = 5.0
 
 
 class _Unfit(Exception):
@@ -35,7 +38,7 @@ class _Unfit(Exception):
 
 
 def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]], *,
-                 max_seconds: float = GROUP_MAX_SECONDS) -> list[AppendResult]:
+                 max_seconds: float | None = None) -> list[AppendResult]:
     """Append the first of ``items`` and as many of the next as fit as one journal commit;
     their results (the rest are left for the next call).
 
@@ -45,6 +48,8 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
     """
     if len(items) == 1:
         return [trace.append(*items[0])]
+    if max_seconds is None:
+        max_seconds = max(GROUP_MAX_SECONDS, GROUP_COMMIT_FACTOR * trace.commit_seconds)
     state = trace.journal.state
     snapshot = msgspec.json.encode(state)
     trace._model_fed = False
@@ -83,7 +88,8 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
             trace.model.release_updates()  # nothing held: builds nothing
         trace._roll_back(snapshot)
         raise
-    share = (time.perf_counter() - commit_started) / len(results)
+    trace.commit_seconds = time.perf_counter() - commit_started
+    share = trace.commit_seconds / len(results)
     for result in results:
         result.seconds += share
         log.info("report_appended", job=state.job_dir, report=result.report,

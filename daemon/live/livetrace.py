@@ -157,6 +157,8 @@ class LiveTrace:
         self.progress: Callable[[int, int], None] | None = None
         #: whether the append in progress already fed the efficiency model
         self._model_fed = False
+        #: seconds the last group commit's publishing and commit took (``live.group``)
+        self.commit_seconds = 0.0
         self.thread_last: dict[tuple[int, int], int] = {}
         #: the last block written and its threads' last times (for the journal entry)
         self._last_block: tuple[int, int] = (0, 0)

@@ -5,6 +5,8 @@
 - ``daemon``: N small reports dropped at once into a watched job: time until all are
   committed against a batch ``convert`` of the same, the append cost against the number of
   tasks already in the trace (first and last tenth), and the daemon's peak RSS.
+- ``tiny``: N tiny reports (about 150 records each) and 10 N into a watched job: the daemon's
+  peak RSS for each and their ratio (target: 10x the reports for < 1.3x the memory).
 - ``dask``: R ranks of ROWS rows each, ``convert`` in one process against ``--dask SPEC``
   (default ``local:2``), and the rate at which the range merges write the trace in place
   (the coordinator's ``dask_ranges_written`` log event: it copies no bytes itself).
@@ -13,7 +15,7 @@ Every measured command runs in a child process (``_benchlib.run_measured``: wall
 RSS of the process and its children, Dask's workers included).
 
 Usage: ``python tests/bench/bench_scale.py many [--reports 400] [--reps 3] [--fan-in N]``,
-``... daemon [--reports 1000] [--dask SPEC]``,
+``... daemon [--reports 1000] [--dask SPEC]``, ``... tiny [--reports 1000]``,
 ``... dask [--ranks 16] [--rows 1000000] [--spec local:2]``; ``--dir DIR`` keeps the inputs,
 ``--json OUT`` writes the numbers.
 """
@@ -44,10 +46,11 @@ from tests.daemon.daemon_proc import DaemonProcess, job_status, wait_for
 _PRVSTREAM = [sys.executable, "-m", "prvstream.daemon"]
 
 
-def _small_job(directory: Path, reports: int, steps: int = 1) -> list[Path]:
-    """``reports`` one-rank exports (about 1,200 records each), written once."""
+def _small_job(directory: Path, reports: int, steps: int = 1, layers: int = 12) -> list[Path]:
+    """``reports`` one-rank exports (about 1,200 records each; ``layers=1``: tiny, about
+    150), written once."""
     directory.mkdir(parents=True, exist_ok=True)
-    spec = SynthSpec(ranks=reports, hosts=max(1, reports // 8), steps=steps)
+    spec = SynthSpec(ranks=reports, hosts=max(1, reports // 8), steps=steps, layers=layers)
     out = []
     for rank in range(reports):
         path = directory / export_name(spec, rank)
@@ -111,8 +114,20 @@ def _vm_hwm_mib(pid: int) -> float:
     return float("nan")
 
 
-def bench_daemon(args: argparse.Namespace, work: Path) -> dict[str, object]:
-    sources = _small_job(work / f"daemon-src-{args.reports}", args.reports)
+def _append_profile(appends: list[tuple[int, float]], parts: int = 5) -> list[list[float]]:
+    """[tasks in the trace, median seconds per append] over ``parts`` slices of the run."""
+    size = max(1, len(appends) // parts)
+    out = []
+    for i in range(0, len(appends), size):
+        part = appends[i:i + size]
+        out.append([part[-1][0], round(statistics.median(s for _, s in part), 4)])
+    return out
+
+
+def bench_daemon(args: argparse.Namespace, work: Path, *, layers: int = 12,
+                 batch: bool = True) -> dict[str, object]:
+    name = f"daemon-src-{args.reports}" + ("" if layers == 12 else f"-l{layers}")
+    sources = _small_job(work / name, args.reports, layers=layers)
     base = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     job = base / "root" / "job"
     job.mkdir(parents=True)
@@ -135,15 +150,32 @@ def bench_daemon(args: argparse.Namespace, work: Path) -> dict[str, object]:
         committed = time.monotonic() - began
         peak = max(peak, _vm_hwm_mib(daemon.pid))
         appends = [(e.get("tasks", 0), e["seconds"]) for e in daemon.named("report_appended")]
+        groups = [e["reports"] for e in daemon.named("group_committed")]
+        load_during = load()
     tenth = max(1, len(appends) // 10)
     first = statistics.median(s for _, s in appends[:tenth])
     last = statistics.median(s for _, s in appends[-tenth:])
-    t_batch, _ = _convert([str(sources[0].parent)], base / "batch", base / "batch.log")
-    return {"reports": args.reports, "dask": args.dask or "", "all_committed_s":
-            round(committed, 1), "batch_convert_s": round(t_batch, 1),
-            "ratio": round(committed / t_batch, 2), "append_first_tenth_s": round(first, 3),
-            "append_last_tenth_s": round(last, 3), "tasks_at_end": appends[-1][0],
-            "daemon_peak_rss_mib": round(peak, 1), "load": round(load(), 2)}
+    result: dict[str, object] = {
+        "reports": args.reports, "layers": layers, "dask": args.dask or "",
+        "all_committed_s": round(committed, 1), "append_first_tenth_s": round(first, 4),
+        "append_last_tenth_s": round(last, 4), "tasks_at_end": appends[-1][0],
+        "append_s_by_tasks": _append_profile(appends), "commits": len(groups) + (
+            len(appends) - sum(groups)), "largest_group": max(groups, default=1),
+        "daemon_peak_rss_mib": round(peak, 1), "load_during": round(load_during, 2)}
+    if batch:
+        t_batch, _ = _convert([str(sources[0].parent)], base / "batch", base / "batch.log")
+        result.update(batch_convert_s=round(t_batch, 1), ratio=round(committed / t_batch, 2))
+    result["load"] = round(load(), 2)
+    return result
+
+
+def bench_tiny(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """Daemon peak RSS for ``--reports`` tiny reports and for ten times as many."""
+    few = bench_daemon(args, work, layers=1, batch=False)
+    args.reports *= 10
+    many = bench_daemon(args, work, layers=1, batch=False)
+    return {"few": few, "many": many, "memory_ratio": round(
+        float(many["daemon_peak_rss_mib"]) / float(few["daemon_peak_rss_mib"]), 2)}
 
 
 def _rank_exports(directory: Path, ranks: int, rows: int) -> list[Path]:
@@ -189,7 +221,7 @@ def bench_dask(args: argparse.Namespace, work: Path) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["many", "daemon", "dask"])
+    parser.add_argument("what", choices=["many", "daemon", "tiny", "dask"])
     parser.add_argument("--reports", type=int, default=0)
     parser.add_argument("--ranks", type=int, default=16)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -197,6 +229,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="many: paired runs (medians)")
     parser.add_argument("--fan-in", type=int, default=0, help="many: convert --fan-in N")
     parser.add_argument("--dask", default="", help="daemon: run it with --dask SPEC")
+    parser.add_argument("--no-batch", action="store_true",
+                        help="daemon: skip the batch convert of the same reports")
     parser.add_argument("--timeout", type=float, default=3600.0)
     parser.add_argument("--dir", help="work directory (kept; inputs reused)")
     parser.add_argument("--json", help="write the result here too")
@@ -204,8 +238,11 @@ def main() -> None:
     args.reports = args.reports or (400 if args.what == "many" else 1000)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="prvstream-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    result = {"many": bench_many, "daemon": bench_daemon, "dask": bench_dask}[args.what](
-        args, work)
+    if args.what == "daemon":
+        result = bench_daemon(args, work, batch=not args.no_batch)
+    else:
+        result = {"many": bench_many, "tiny": bench_tiny, "dask": bench_dask}[args.what](
+            args, work)
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

@@ -30,7 +30,7 @@ from prvstream.sinks.efficiency.parts import (
     grow,
     segments,
 )
-from prvstream.sinks.efficiency.tables import Tables, phase_rows
+from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder, fold
@@ -99,6 +99,8 @@ class EfficiencyModel(RecordViews):
         self._occ_spans: dict[tuple[tuple[str, int], str], array[int]] = {}
         self._occ_by_proc: dict[tuple[str, int], dict[str, array[int]]] = {}
         self._occ_indexed = 0
+        #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
+        self._span_index = SpanIndex()
         self._report: Report | None = None
         self._reports = 0
         self._last_report = ""
@@ -252,7 +254,8 @@ class EfficiencyModel(RecordViews):
         # return_counts: np.unique's plain form checks for masked arrays, importing numpy.ma
         for p in np.unique(rows.process, return_counts=True)[0].tolist():
             proc = rep.processes[p]
-            spans = self._spans_of(proc)
+            spans = {n: self._span_index.get((proc, n), s)
+                     for n, s in self._spans_of(proc).items()}
             if spans:
                 for name, agg in phase_rows(rows.take(rows.process == p), rep.origin, spans):
                     self._phase_tables.setdefault(name, Tables()).add(agg)

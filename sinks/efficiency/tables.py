@@ -15,7 +15,7 @@ from prvstream.sinks.base import TableDetail, TableRows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import TableRow
 
-__all__ = ["TABLES", "Tables", "merge_tables", "phase_rows"]
+__all__ = ["TABLES", "SpanIndex", "Tables", "merge_tables", "phase_rows"]
 
 log = get_logger(__name__)
 
@@ -97,20 +97,54 @@ class Tables:
         return out
 
 
-def phase_rows(detail: TableDetail, origin: int, spans: dict[str, array[int]]
+class SpanIndex:
+    """Per key, a phase's occurrences (start, end pairs, an ``array('q')`` that only grows)
+    as ``phase_rows`` searches them: starts sorted, and the running greatest end. Kept and
+    extended as occurrences are appended in start order, instead of sorted again for every
+    batch of rows (whose cost grew with the occurrences so far: quadratic over a run)."""
+
+    def __init__(self) -> None:
+        #: key -> (the pairs array, occurrences indexed, sorted starts, running greatest end)
+        self._index: dict[object, tuple[array[int], int, np.ndarray, np.ndarray]] = {}
+
+    def get(self, key: object, pairs: array[int]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(pairs) // 2
+        found = self._index.get(key)
+        if found is not None and found[0] is pairs and found[1] <= n:
+            _, done, lo, reach = found
+            if done == n:
+                return lo, reach
+            flat = np.frombuffer(pairs, dtype=np.int64)[2 * done:2 * n]
+            new_lo, new_hi = flat[0::2], flat[1::2]
+            if (done == 0 or int(new_lo[0]) >= int(lo[-1])) and not bool(
+                    (new_lo[1:] < new_lo[:-1]).any()):  # appended in order: extend
+                new_reach = np.maximum.accumulate(new_hi)
+                if done:
+                    np.maximum(new_reach, reach[-1], out=new_reach)
+                lo, reach = np.concatenate((lo, new_lo)), np.concatenate((reach, new_reach))
+                del flat, new_lo, new_hi  # no view of ``pairs`` outlives the call (it grows)
+                self._index[key] = (pairs, n, lo, reach)
+                return lo, reach
+            del flat, new_lo, new_hi
+        flat = np.frombuffer(pairs, dtype=np.int64) if n else np.zeros(0, np.int64)
+        order = np.argsort(flat[0::2], kind="stable")
+        lo, reach = flat[0::2][order], np.maximum.accumulate(flat[1::2][order])
+        del flat
+        self._index[key] = (pairs, n, lo, reach)
+        return lo, reach
+
+
+def phase_rows(detail: TableDetail, origin: int,
+               spans: dict[str, tuple[np.ndarray, np.ndarray]]
                ) -> list[tuple[str, TableRows]]:
     """Per phase name, the rows of ``detail`` (one process's) that start inside one of its
-    occurrences ``spans[name]`` (start, end pairs; a row counts once per name even where
-    occurrences nest), aggregated per row name."""
+    occurrences ``spans[name]`` (``SpanIndex.get``: sorted starts and running greatest end;
+    a row counts once per name even where occurrences nest), aggregated per row name."""
     out: list[tuple[str, TableRows]] = []
     t = detail.start + origin
-    for name, pairs in sorted(spans.items()):
-        flat = np.frombuffer(pairs, dtype=np.int64) if len(pairs) else np.zeros(0, np.int64)
-        if not len(flat):
+    for name, (lo, reach) in sorted(spans.items()):
+        if not len(lo):
             continue
-        lo, hi = flat[0::2], flat[1::2]
-        order = np.argsort(lo, kind="stable")
-        lo, reach = lo[order], np.maximum.accumulate(hi[order])
         idx = np.searchsorted(lo, t, side="right") - 1
         inside = (idx >= 0) & (reach[np.maximum(idx, 0)] > t)
         if inside.any():

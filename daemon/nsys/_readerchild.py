@@ -27,12 +27,17 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import sqlite3
 import struct
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, BinaryIO
+
+#: ``typing.TYPE_CHECKING`` without importing typing (type checkers know the name): typing and
+#: pathlib would be 1 MiB of this small process
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, BinaryIO
 
 __all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
            "STATUS_WINDOW", "WINDOW", "main"]
@@ -100,7 +105,7 @@ def _load_filler(path: str) -> Callable[..., None]:
 
 
 def _load_storage_order() -> Any:
-    path = Path(__file__).with_name("storage_order.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "storage_order.py")
     spec = importlib.util.spec_from_file_location("storage_order", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -213,6 +213,7 @@ def test_live_trace_swapped_for_a_fifo_degrades_its_job_and_never_blocks(
     assert_landed(tmp_path / "state", b, [synth_sources[2].name])
     status = job_status(a)
     assert status["state"] == "degraded" and status["reports"] == 1, status
+    assert "not a regular file" in status["reason"] and status["next_retry_ns"] > 0, status
     assert not status.get("quarantined"), status
     assert daemon.alive()
     live_trace(a).unlink()  # the output side works again: the job resumes by itself

@@ -240,8 +240,12 @@ class JobJournal:
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
+            if path.parent.exists() and not path.parent.is_dir():
+                raise _state_dir_gone(path) from None
             return None
         except OSError as exc:
+            if not path.parent.is_dir():  # the state directory itself, not this journal
+                raise _state_dir_gone(path) from exc
             raise JournalCorrupt(
                 f"journal {path} cannot be read ({exc}); fix its permissions or move it "
                 f"aside (mv {path} {path}.bad) and restart") from exc
@@ -456,3 +460,8 @@ def _not_regular(target: Path) -> OutputConflict:
     return OutputConflict(f"output {target} is not a regular file (a FIFO, device or socket "
                           f"was put in its place); remove it and prvstream writes the trace "
                           f"again")
+
+
+def _state_dir_gone(path: Path) -> StateDirUnusable:
+    return StateDirUnusable(f"state directory {path.parent} is no longer a directory; restore "
+                            f"it (--state) and restart")

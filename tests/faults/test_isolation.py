@@ -19,6 +19,7 @@ from tests.faults.helpers import (
     remount,
     wait_reports,
 )
+from tests.prv_check import validate
 
 Start = Callable[..., DaemonProcess]
 
@@ -241,3 +242,24 @@ def test_sigterm_right_after_a_finalize_exits_within_ten_seconds(
     assert time.monotonic() - started < 10.0
     assert job_status(a)["finalized"]
     assert_landed(tmp_path / "state", b, [synth_sources[1].name])
+
+
+def test_state_dir_lost_while_running_is_one_line_and_a_non_zero_exit(
+        tmp_path: Path, synth_sources: list[Path], start_daemon: Start) -> None:
+    """The service's own state directory replaced by a file while it runs: not a job's fault
+    to retry for ever (each job was refused, "move the journal aside"), but one line and a
+    non-zero exit, with the committed trace intact."""
+    root, a, b = _two_jobs(tmp_path)
+    daemon = start_daemon(root)
+    place_atomically(synth_sources[0], a / synth_sources[0].name)
+    wait_reports(daemon, a, 1)
+    state = tmp_path / "state"
+    shutil.rmtree(state)
+    state.write_text("")
+    place_atomically(synth_sources[1], b / synth_sources[1].name)
+    place_atomically(synth_sources[2], a / synth_sources[2].name)
+    assert daemon.wait_exit(timeout=LAND) == 3
+    fatal = daemon.named("state_dir_unusable")
+    assert len(fatal) == 1 and "state directory" in fatal[0]["error"], daemon.tail()
+    assert "Traceback" not in daemon.tail(400)
+    validate(live_trace(a))

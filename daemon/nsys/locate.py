@@ -93,6 +93,8 @@ class DiscoveryScope:
         self.nsys = nsys_executable() if nsys == AUTO_NSYS else nsys
         self._refused: set[str] = set()
         self._waiting_reps: set[str] = set()
+        #: paths refused once for a name that is not UTF-8 (logged once each)
+        self._not_utf8: set[str] = set()
 
     # -- rules -------------------------------------------------------------------------------
     def root_of(self, path: str) -> Path | None:
@@ -131,6 +133,14 @@ class DiscoveryScope:
         if root is None:
             return None
         real = os.path.realpath(path)
+        if not _utf8(real):
+            if real not in self._not_utf8:
+                self._not_utf8.add(real)
+                log.warning("export_name_not_utf8",
+                            path=os.fsencode(real).decode("utf-8", "backslashreplace"),
+                            hint="rename it (or its folder) to a UTF-8 name: every report is "
+                                 "recorded by name in the journal and status.json")
+            return None
         if not _under(real, str(root)):
             self.refuse_symlink(path, real, root)
             return None
@@ -219,3 +229,12 @@ def scan_once(roots: Sequence[str | os.PathLike[str]], *,
               nsys: str | None = AUTO_NSYS) -> list[Candidate]:
     """The exports present under ``roots`` now (for ``watch --once`` and batch conversion)."""
     return DiscoveryScope(roots, out_dir=out_dir, nsys=nsys).scan()
+
+
+def _utf8(path: str) -> bool:
+    """Whether ``path`` is text (a name that is not UTF-8 holds surrogate escapes)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

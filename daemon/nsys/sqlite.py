@@ -33,8 +33,9 @@ METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 
 
 def ro_uri(path: Path) -> str:
-    """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path)."""
-    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
+    """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path,
+    and a name that is not UTF-8 keeps its bytes)."""
+    return "file:" + urllib.parse.quote(os.fsencode(Path(path).resolve())) + "?mode=ro"
 
 
 def header_problem(path: Path) -> str | None:

@@ -142,6 +142,9 @@ class Service:
             job.submit(Append(path, verdict))
         except OSError as exc:  # e.g. the job directory vanished while looking
             log.info("export_unavailable", path=str(path), error=str(exc))
+        except Exception as exc:  # a report's fault never ends the service
+            log.error("export_check_failed", path=str(path), exc_info=exc)
+            job.submit(SetAside(path, f"internal error while checking it: {exc!r}"))
         finally:
             job.waiting.discard(cand.path)
             job.last_change = time.monotonic()

@@ -3,6 +3,7 @@ trace whose .pcf and .row hold no control character or Unicode line break."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -93,4 +94,30 @@ def test_a_daemon_appends_reports_with_hostile_names(
         for line in text.split("\n"):
             assert not any(b in line for b in _BREAKS if b != "\t"), (ext, line)
     assert daemon.alive()
+    assert daemon.terminate() == 0
+
+
+def test_odd_file_names_never_end_the_service(
+        tmp_path: Path, synth_sources: list[Path],
+        start_daemon: Callable[..., DaemonProcess]) -> None:
+    """A file name that is not UTF-8 (it ended the service: an ExceptionGroup from the
+    readiness check) is refused once, by name; one with a line break lands like any other."""
+    root = tmp_path / "root"
+    a, b = root / "a", root / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    daemon = start_daemon(root)
+    not_utf8 = os.fsencode(a) + b"/rank\xff0.sqlite"
+    shutil.copyfile(synth_sources[0], a / "incoming.tmp")
+    os.rename(a / "incoming.tmp", not_utf8)
+    place_atomically(synth_sources[1], a / "rank\n1.sqlite")
+    place_atomically(synth_sources[2], b / synth_sources[2].name)
+    wait_reports(daemon, a, 1)
+    wait_reports(daemon, b, 1)
+    refused = daemon.wait_event("export_name_not_utf8")
+    assert refused[0]["path"].endswith("rank\\xff0.sqlite"), refused
+    assert daemon.alive()
+    assert_landed(tmp_path / "state", a, ["rank\n1.sqlite"])
+    assert_landed(tmp_path / "state", b, [synth_sources[2].name])
+    assert len(daemon.named("export_name_not_utf8")) == 1
     assert daemon.terminate() == 0

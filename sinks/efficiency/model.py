@@ -538,12 +538,12 @@ class EfficiencyModel(RecordViews):
             if slot is None:
                 slot = self._window_slots[k] = len(self._window_slots)
             slots.append(slot)
-        dev.windows = grow(dev.windows, len(self._window_slots))
+        dev.windows = grow(dev.windows, len(self._window_slots), first=1)
         return slots
 
     def _phase_rows(self, dev: Device) -> None:
-        dev.instances = grow(dev.instances, self._n_instances)
-        dev.names = grow(dev.names, len(self._names))
+        dev.instances = grow(dev.instances, self._n_instances, first=1)
+        dev.names = grow(dev.names, len(self._names), first=1)
 
     def _attribute(self, rep: Report, gid: int, edges: np.ndarray, length: np.ndarray,
                    ind: np.ndarray) -> None:

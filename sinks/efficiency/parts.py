@@ -65,11 +65,13 @@ def note_lines(notes: dict[str, tuple[int, list[str]]]) -> list[str]:
     return out
 #: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
 
-def grow(arr: np.ndarray, need: int, fill: int = 0) -> np.ndarray:
-    """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``)."""
+def grow(arr: np.ndarray, need: int, fill: int = 0, first: int = FIRST_ROWS) -> np.ndarray:
+    """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``);
+    at least ``first`` rows (per-device tables start at what they need: a job holds a table
+    per device, and most stay small)."""
     if len(arr) >= need:
         return arr
-    new = np.full((max(need, 2 * len(arr), FIRST_ROWS), *arr.shape[1:]), fill, arr.dtype)
+    new = np.full((max(need, 2 * len(arr), first), *arr.shape[1:]), fill, arr.dtype)
     new[:len(arr)] = arr
     return new
 

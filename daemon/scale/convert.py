@@ -121,13 +121,14 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
         result.end_time = max((r.end_time for r in runs), default=0)
         capacity = header_capacity(numbering.layout(), origin, settings.header_capacity)
         header = pv.header_line(numbering.layout(), result.end_time, origin, capacity)
-        _write_ranges(client, runs, scratch, prv, header, progress)
+        # the model is fed while the workers merge the ranges (the coordinator only waits)
+        _write_ranges(client, runs, scratch, prv, header, progress,
+                      meanwhile=None if model is None else lambda: _replay(done, model,
+                                                                            on_model))
         pcf_bytes, row_bytes = trace_metadata(numbering)
         atomic_write(pcf, pcf_bytes)
         atomic_write(row, row_bytes)
         fsync_dir(prv.parent)
-        if model is not None:
-            _replay(done, model, on_model)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result.numbering = numbering
@@ -171,7 +172,10 @@ def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, or
 
 
 def _write_ranges(client: Any, runs: list[RunInfo], scratch: Path, prv: Path, header: bytes,
-                  progress: Progress | None) -> None:
+                  progress: Progress | None, meanwhile: Callable[[], None] | None = None
+                  ) -> None:
+    """Merge the runs' ranges into ``prv`` on the workers; ``meanwhile`` runs here once
+    every range is submitted."""
     total = sum(r.records for r in runs)
     ranges = max(1, -(-total // _RANGE_RECORDS))
     if len(runs) > 1:
@@ -197,6 +201,8 @@ def _write_ranges(client: Any, runs: list[RunInfo], scratch: Path, prv: Path, he
                                          pure=False, retries=_RETRIES,
                                          key=f"range-{k}-{id(bounds)}"))
             at += nbytes
+        if meanwhile is not None:
+            meanwhile()
         for future, (_, nbytes) in zip(futures, extents, strict=True):  # in time order
             records, got = future.result()
             if got != nbytes:
@@ -233,6 +239,7 @@ def _replay(done: list[ConvertDone], model: EfficiencyModel,
             on_model: Callable[[EfficiencyModel], None] | None) -> None:
     from prvstream.daemon.stream.spool import ReportSpool
 
+    began = time.perf_counter()
     model.hold_updates()  # converted together: one summary update, as ``batch.convert``
     for d in done:  # canonical report order
         if d.spool is None:
@@ -243,6 +250,9 @@ def _replay(done: list[ConvertDone], model: EfficiencyModel,
         finally:
             spool.discard()
     model.release_updates()
+    log.info("dask_model_replayed", reports=len(done), rows=sum(sum(d.rows.values())
+                                                                for d in done),
+             seconds=round(time.perf_counter() - began, 3))
     if on_model is not None:
         on_model(model)
 

@@ -501,10 +501,10 @@ def test_phase_instances_merge_across_reports_in_the_compact_table() -> None:
 def test_windows_are_capped_whatever_the_span(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel to 2^62 (and a gap as long) costs at most 2 * MAX_WINDOWS + 1 windows: time
     beyond the cap folds into the edge window, and the windows still add up to the totals."""
-    from prvstream.sinks.efficiency import model as model_module
+    from prvstream.sinks.efficiency import sweep as sweep_module
     from prvstream.sinks.efficiency.parts import N_MEASURES
 
-    monkeypatch.setattr(model_module, "MAX_WINDOWS", 64)
+    monkeypatch.setattr(sweep_module, "MAX_WINDOWS", 64)
     span = 2**62
     info = report("r0", "h", 1, 0, [0, 1], 0, span)
     model = EfficiencyModel("j", window_ns=10_000_000_000, gap_threshold_ns=5)

@@ -1,0 +1,93 @@
+"""Phase instances of the efficiency model: each occurrence of a phase name in a process,
+numbered in start order, with the span it covers."""
+
+from __future__ import annotations
+
+import re
+from array import array
+
+import numpy as np
+
+from prvstream.sinks.efficiency.parts import Name, grow
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["PhaseInstances", "phase_label"]
+
+log = get_logger(__name__)
+
+
+#: a trailing step number that makes every occurrence's name distinct (PyTorch's profiler
+#: marks steps ``ProfilerStep#0``, ``ProfilerStep#1``, ...)
+_NUMBERED = re.compile(r"#\d+$")
+
+
+def phase_label(name: str) -> str:
+    """The phase name occurrences are grouped under: without a trailing ``#N``."""
+    return _NUMBERED.sub("", name) or name
+
+
+class PhaseInstances:
+    """Numbers phase occurrences and keeps their instance table (mixed into ``EfficiencyModel``)."""
+
+    _n_instances: int
+    _i_name: np.ndarray
+    _i_occ: np.ndarray
+    _i_start: np.ndarray
+    _i_end: np.ndarray
+    _names: list[Name]
+    _name_ids: dict[str, int]
+    _process_ids: dict[tuple[str, int], int]
+    _processes: list[tuple[str, int]]
+    _has: list[np.ndarray]
+    _occ_spans: dict[tuple[tuple[str, int], str], array[int]]
+
+    def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
+        """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
+        spans = self._occ_spans.get((proc, name))
+        if spans is None:
+            spans = self._occ_spans[(proc, name)] = array("q")
+        occ = len(spans) // 2
+        spans += array("q", (start, end))
+        i = self._instance(name, occ, start, end)
+        pid = self._process_ids.get(proc)
+        if pid is None:
+            pid = self._process_ids[proc] = len(self._processes)
+            self._processes.append(proc)
+            self._has.append(np.zeros(0, np.uint8))
+        has = self._has[pid] = grow(self._has[pid], i + 1)
+        if not has[i]:
+            has[i] = 1
+            self._names[int(self._i_name[i])].processes.add(pid)
+        return i
+
+    def _instance(self, name: str, occ: int, start: int, end: int) -> int:
+        """The id of phase instance (name, occ), created or widened to cover [start, end)."""
+        nid = self._name_ids.get(name)
+        if nid is None:
+            nid = self._name_ids[name] = len(self._names)
+            self._names.append(Name(name))
+        nm = self._names[nid]
+        nm.instances = grow(nm.instances, occ + 1, fill=-1)
+        i = int(nm.instances[occ])
+        if i < 0:
+            i = nm.instances[occ] = self._n_instances
+            self._n_instances += 1
+            need = self._n_instances
+            self._i_name = grow(self._i_name, need)
+            self._i_occ = grow(self._i_occ, need)
+            self._i_start = grow(self._i_start, need)
+            self._i_end = grow(self._i_end, need)
+            self._i_name[i], self._i_occ[i] = nid, occ
+            self._i_start[i], self._i_end[i] = start, end
+            nm.start = start if not nm.count else min(nm.start, start)
+            nm.end = end if not nm.count else max(nm.end, end)
+            nm.count += 1
+            nm.span += end - start
+            return i
+        old_s, old_e = int(self._i_start[i]), int(self._i_end[i])
+        new_s, new_e = min(old_s, start), max(old_e, end)
+        if (new_s, new_e) != (old_s, old_e):
+            self._i_start[i], self._i_end[i] = new_s, new_e
+            nm.span += (new_e - new_s) - (old_e - old_s)
+            nm.start, nm.end = min(nm.start, new_s), max(nm.end, new_e)
+        return i

@@ -1,0 +1,137 @@
+"""The efficiency model's updates: the records each report (or group of reports) produces,
+built lazily, and the bounded summary state folded from them."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from prvstream.sinks.efficiency.parts import Pending
+from prvstream.sinks.efficiency.views import RecordViews
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.fold import SummaryFolder, fold
+from prvstream.sinks.summary.records import SummaryRecord, SummaryState
+
+__all__ = ["UpdateQueue"]
+
+log = get_logger(__name__)
+
+
+class UpdateQueue(RecordViews):
+    """Queues each update's records and folds the kept ones (mixed into ``EfficiencyModel``)."""
+
+    _held: tuple[set[int], array[int]] | None
+    _pending: Pending | None
+    _updates: list[SummaryRecord]
+    _folder: SummaryFolder
+
+    if TYPE_CHECKING:
+        def _window_span(self, start: int, end: int) -> range: ...  # DeviceSweep
+
+    def hold_updates(self) -> None:
+        """The reports that follow, until ``release_updates``, make one update (a group
+        commit): its records are built once, from the state after the last of them."""
+        if self._held is None:
+            self._held = (set(), array("q"))
+
+    def release_updates(self) -> None:
+        """End a ``hold_updates`` group: its update is pending (``iter_updates``)."""
+        held, self._held = self._held, None
+        if held is not None and held[0]:
+            self._pend(sorted(held[0]), held[1])
+
+    def _pend(self, windows: Sequence[int], touched_ids: array[int]) -> None:
+        touched = (np.unique(np.frombuffer(touched_ids, np.int64), return_counts=True)[0]
+                   if touched_ids else np.zeros(0, np.int64))  # counts: no numpy.ma
+        if len(touched):
+            rank = np.argsort(np.argsort([n.name for n in self._names]))
+            touched = touched[np.lexsort((self._i_occ[touched],
+                                          rank[self._i_name[touched]],
+                                          self._i_start[touched]))]
+        names = sorted(set(self._i_name[touched].tolist()), key=lambda n: self._names[n].name)
+        pending = Pending(self._cumulative(), windows, touched, names, {})
+        self._keep_state(pending)
+        self._pending = pending
+        log.debug("efficiency_updated", job=self.job, report=self._last_report,
+                  windows=len(windows), phases=len(touched))
+
+    def _keep_state(self, p: Pending) -> None:
+        """Fold into the bounded state the records of this update it keeps (built now)."""
+        folder = self._folder
+        for nid in p.names:
+            p.built["t", nid] = rec = self._phase_total(nid)
+            folder.add(rec)
+        folder.add(p.cumulative)
+        tail = p.windows[-folder.recent:]
+        for k in sorted(folder.keeps("window", "", tail) & set(tail)):
+            p.built["w", k] = rec = self._window(k)
+            folder.add(rec)
+        if len(p.instances):
+            names = self._i_name[p.instances]
+            for nid in p.names:
+                ids = p.instances[names == nid]
+                occs = self._i_occ[ids]
+                top = np.sort(occs)[-folder.recent:].tolist()
+                keep = folder.keeps("phase", self._names[nid].name, top) & set(top)
+                for i in ids[np.isin(occs, list(keep))].tolist():
+                    p.built["p", i] = rec = self._phase(i)
+                    folder.add(rec)
+
+    # --- results ----------------------------------------------------------------------------
+
+    def iter_updates(self) -> Iterator[SummaryRecord]:
+        """Records produced since the last call, built one at a time as they are consumed:
+        phase name totals, cumulative, windows, phase instances (consume before the next
+        ``begin_report``; one not consumed by then is built and held in memory)."""
+        held, self._updates = self._updates, []
+        pending, self._pending = self._pending, None
+        yield from held
+        if pending is not None:
+            yield from self._produce(pending)
+
+    def take_updates(self) -> list[SummaryRecord]:
+        """``iter_updates`` as a list."""
+        return list(self.iter_updates())
+
+    def discard_updates(self) -> None:
+        """Drop the records produced since the last call without building them (the state
+        still reflects them)."""
+        self._updates, self._pending = [], None
+
+    def _rebuild_state(self) -> None:
+        """The bounded state built afresh from the tables (after a restore or a merge)."""
+        folder = self._folder = SummaryFolder(recent=self._folder.recent)
+        if not self._reports:
+            return
+        for nid in sorted(range(len(self._names)), key=lambda n: self._names[n].name):
+            folder.add(self._phase_total(nid))
+        folder.add(self._cumulative())
+        ks: set[int] = set()
+        for d in self._devices:
+            for s, e in d.spans:
+                ks.update(self._window_span(s, e))
+        for k in sorted(ks)[-folder.recent:]:
+            folder.add(self._window(k))
+        for nm in self._names:
+            occs = nm.instances[nm.instances >= 0][-folder.recent:]
+            for i in occs.tolist():
+                folder.add(self._phase(i))
+
+    def state(self) -> SummaryState:
+        """The latest, bounded state: what folding every record published so far gives."""
+        if not self._reports:
+            return fold([self._cumulative()], recent=self._folder.recent)
+        return self._folder.state()
+
+    def _produce(self, p: Pending) -> Iterator[SummaryRecord]:
+        built = p.built
+        for nid in p.names:
+            yield built["t", nid]
+        yield p.cumulative
+        for k in p.windows:
+            yield built.get(("w", k)) or self._window(k)
+        for i in p.instances.tolist():
+            yield built.get(("p", i)) or self._phase(i)

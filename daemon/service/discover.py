@@ -10,6 +10,7 @@ import contextlib
 import functools
 import math
 import os
+import stat
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,8 @@ log = get_logger(__name__)
 
 #: seconds the native observer gets to stop
 _STOP_LIMIT = 3.0
+#: seconds between checks that each watched root is still the directory being watched
+ROOT_CHECK = 2.0
 
 
 # ---------------------------------------------------------------------------------- watching
@@ -115,21 +118,60 @@ async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
         FileCreatedEvent, FileModifiedEvent, FileMovedEvent, FileClosedEvent,
         DirCreatedEvent, DirMovedEvent]
     observer = Observer()
+    watches: dict[str, Any] = {}
     for root in scope.roots:
-        observer.schedule(Handler(), str(root), recursive=True, event_filter=wanted)
+        watches[str(root)] = observer.schedule(Handler(), str(root), recursive=True,
+                                               event_filter=wanted)
     await anyio.to_thread.run_sync(observer.start)
+
+    def rewatch(root: str) -> None:
+        # a root removed (or renamed away) and made again: its inotify watch went with the old
+        # directory, so watch the new one (the old watch may already be gone)
+        with contextlib.suppress(KeyError, OSError):
+            observer.unschedule(watches[root])
+        watches[root] = observer.schedule(Handler(), root, recursive=True, event_filter=wanted)
+
     try:
         # the initial scan runs after the observer started, so nothing falls in between
         for root in scope.roots:
             raw.send_nowait((str(root), True))
         log.info("discovery_started", mode="native", roots=[str(r) for r in scope.roots])
         task_status.started()
-        await anyio.sleep_forever()
+        identity = {root: _root_identity(root) for root in watches}
+        while True:
+            await anyio.sleep(ROOT_CHECK)
+            for root, seen in identity.items():
+                now = await anyio.to_thread.run_sync(_root_identity, root,
+                                                     abandon_on_cancel=True)
+                if now == seen:
+                    continue
+                identity[root] = now
+                if now is None:
+                    log.warning("root_missing", root=root,
+                                hint="create it again: it is watched again once it is back")
+                    continue
+                try:
+                    await anyio.to_thread.run_sync(rewatch, root, abandon_on_cancel=True)
+                except OSError as exc:  # gone again already: the next check tries again
+                    identity[root] = None
+                    log.warning("root_rewatch_failed", root=root, error=str(exc))
+                    continue
+                log.info("root_rewatched", root=root)
+                raw.send_nowait((root, True))  # whatever it holds already
     finally:
         # off the loop and time-limited: a dispatch thread stuck on a dead mount must not
         # hold the shutdown (the thread is abandoned; the process exits without it)
         with anyio.CancelScope(shield=True), anyio.move_on_after(_STOP_LIMIT):
             await anyio.to_thread.run_sync(_stop_observer, observer, abandon_on_cancel=True)
+
+
+def _root_identity(root: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of a watched root that is a directory now, else ``None``."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def _send_quietly(raw: MemoryObjectSendStream[_RawEvent], item: _RawEvent) -> None:

@@ -263,3 +263,31 @@ def test_state_dir_lost_while_running_is_one_line_and_a_non_zero_exit(
     assert len(fatal) == 1 and "state directory" in fatal[0]["error"], daemon.tail()
     assert "Traceback" not in daemon.tail(400)
     validate(live_trace(a))
+
+
+def test_a_watched_root_removed_and_made_again_is_watched_again(
+        tmp_path: Path, synth_sources: list[Path], start_daemon: Start) -> None:
+    gone, other = tmp_path / "gone", tmp_path / "other"
+    (gone / "a").mkdir(parents=True)
+    (other / "b").mkdir(parents=True)
+    daemon = start_daemon(gone, other)
+    place_atomically(synth_sources[0], gone / "a" / synth_sources[0].name)
+    wait_reports(daemon, gone / "a", 1)
+    # renamed away and made again, then removed outright and made again: each time a job
+    # dropped into the new directory lands, found by native events (no --poll)
+    os.rename(gone, tmp_path / "gone.old")
+    for n, src in enumerate(synth_sources[1:3], start=1):
+        (gone / f"c{n}").mkdir(parents=True)
+        place_atomically(src, gone / f"c{n}" / src.name)
+        wait_reports(daemon, gone / f"c{n}", 1)
+        assert len(daemon.named("root_rewatched", root=str(gone))) == n
+        if n == 1:
+            shutil.rmtree(gone)
+            place_atomically(synth_sources[0], other / "b" / synth_sources[0].name)
+            wait_reports(daemon, other / "b", 1)  # the other root goes on meanwhile
+            daemon.wait_event("root_missing", root=str(gone))
+    assert daemon.alive()
+    state = tmp_path / "state"
+    assert_landed(state, gone / "c2", [synth_sources[2].name])
+    assert_landed(state, other / "b", [synth_sources[0].name])
+    assert daemon.terminate() == 0

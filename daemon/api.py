@@ -16,7 +16,8 @@ from prvstream.daemon import runtime
 from prvstream.daemon.config import Settings, load_settings
 from prvstream.daemon.live.inputs import report_identity
 from prvstream.daemon.live.journal import JobJournal
-from prvstream.daemon.live.livetrace import AppendResult, LiveTrace, output_dir_for
+from prvstream.daemon.live.livetrace import LiveTrace, output_dir_for
+from prvstream.daemon.live.outcomes import AppendResult
 from prvstream.daemon.stream.batch import convert as _convert
 from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel

@@ -15,7 +15,8 @@ import msgspec
 
 from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.livetrace import AppendResult, LiveTrace, _OrderBroken
+from prvstream.daemon.live.livetrace import LiveTrace
+from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
 from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks, value_labels_of
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.logger import get_logger

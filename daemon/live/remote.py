@@ -29,7 +29,8 @@ import msgspec
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.livetrace import AppendInterrupted, AppendResult, LiveTrace
+from prvstream.daemon.live.livetrace import LiveTrace
+from prvstream.daemon.live.outcomes import AppendInterrupted, AppendResult
 from prvstream.daemon.scale.tasks import BlockDone, BlockTask, PlanFacts, convert_block, plan_report
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import register_report

@@ -29,13 +29,8 @@ from prvstream.daemon.live.inputs import (
     report_identity,
 )
 from prvstream.daemon.live.journal import JobJournal
-from prvstream.daemon.live.livetrace import (
-    AppendInterrupted,
-    AppendResult,
-    DuplicateReport,
-    LiveTrace,
-    output_dir_for,
-)
+from prvstream.daemon.live.livetrace import LiveTrace, output_dir_for
+from prvstream.daemon.live.outcomes import AppendInterrupted, AppendResult, DuplicateReport
 from prvstream.daemon.service.expect import rank_status
 from prvstream.daemon.service.faults import Health, classify
 from prvstream.daemon.service.flow import JobFlow

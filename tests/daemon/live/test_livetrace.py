@@ -129,7 +129,7 @@ def test_summaries_after_recovery_equal_an_uninterrupted_run(tmp_path: Path) -> 
 def test_recovery_reads_no_export_and_keeps_the_summaries(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Restart is O(1) in the job: the model comes from its checkpoint, never the exports."""
-    import prvstream.daemon.live.livetrace as livetrace
+    import prvstream.daemon.live.sources as live_sources
 
     sources = write_job(tmp_path / "src", SynthSpec(ranks=3, steps=2))
     job, trace = _job(tmp_path)
@@ -142,7 +142,7 @@ def test_recovery_reads_no_export_and_keeps_the_summaries(
     def no_reading(*args: object, **kwargs: object) -> None:
         raise AssertionError("recovery read an export")
 
-    monkeypatch.setattr(livetrace, "prepare", no_reading)
+    monkeypatch.setattr(live_sources, "prepare", no_reading)
     journal = JobJournal.open(trace.settings.state_dir, job)
     journal.lock()
     again = LiveTrace(journal, job / "prvstream", "job", trace.settings)

@@ -140,24 +140,24 @@ async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
         identity = {root: _root_identity(root) for root in watches}
         while True:
             await anyio.sleep(ROOT_CHECK)
-            for root, seen in identity.items():
-                now = await anyio.to_thread.run_sync(_root_identity, root,
+            for watched, seen in identity.items():
+                now = await anyio.to_thread.run_sync(_root_identity, watched,
                                                      abandon_on_cancel=True)
                 if now == seen:
                     continue
-                identity[root] = now
+                identity[watched] = now
                 if now is None:
-                    log.warning("root_missing", root=root,
+                    log.warning("root_missing", root=watched,
                                 hint="create it again: it is watched again once it is back")
                     continue
                 try:
-                    await anyio.to_thread.run_sync(rewatch, root, abandon_on_cancel=True)
+                    await anyio.to_thread.run_sync(rewatch, watched, abandon_on_cancel=True)
                 except OSError as exc:  # gone again already: the next check tries again
-                    identity[root] = None
-                    log.warning("root_rewatch_failed", root=root, error=str(exc))
+                    identity[watched] = None
+                    log.warning("root_rewatch_failed", root=watched, error=str(exc))
                     continue
-                log.info("root_rewatched", root=root)
-                raw.send_nowait((root, True))  # whatever it holds already
+                log.info("root_rewatched", root=watched)
+                raw.send_nowait((watched, True))  # whatever it holds already
     finally:
         # off the loop and time-limited: a dispatch thread stuck on a dead mount must not
         # hold the shutdown (the thread is abandoned; the process exits without it)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from tests.faults.helpers import LAND, live_trace, wait_reports
 from tests.prv_check import validate
 
 NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
 @pytest.fixture
@@ -25,6 +28,11 @@ def shared_dir() -> Iterator[Path]:
     """A directory an unprivileged daemon can use (pytest's own are private to root)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run the daemon as another user")
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import prvstream.daemon"],
+                           capture_output=True, text=True, check=False, timeout=60)
+    if probe.returncode != 0:  # e.g. the checkout or its venv lies in a directory private to root
+        pytest.skip("an unprivileged user cannot import prvstream from this checkout: "
+                    + (probe.stderr.strip().splitlines() or ["no reason given"])[-1])
     made = Path(tempfile.mkdtemp(prefix="prvstream-faults-"))
     made.chmod(0o777)
     yield made
@@ -42,8 +50,7 @@ def test_unreadable_export_is_retried_after_a_chmod(
     place_atomically(synth_sources[0], locked)
     locked.chmod(0o600)  # root's, unreadable to the daemon
     with DaemonProcess([root], state, shared_dir / "logs",
-                       prefix=["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                               "--clear-groups"]) as daemon:
+                       prefix=AS_NOBODY) as daemon:
         daemon.start()
         wait_for(lambda: bool(job_status(a).get("quarantined")), LAND, "set aside", daemon)
         reason = job_status(a)["quarantined"][0]["reason"]

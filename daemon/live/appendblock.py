@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.inputs import ReportIdentity
@@ -24,7 +24,8 @@ from prvstream.sinks.paraver.writer import PrvWriter
 if TYPE_CHECKING:
     from prvstream.daemon.live.livetrace import LiveTrace
 
-__all__ = ["append_block", "check_order", "record_report"]
+__all__ = ["append_block", "check_order", "is_fresh", "record_report",
+           "seek_block_start"]
 
 log = get_logger(__name__)
 
@@ -50,6 +51,27 @@ def record_report(trace: LiveTrace, path: Path, wall_start: int, wall_end: int,
     state.finalized = False
 
 
+def is_fresh(trace: LiveTrace) -> bool:
+    """Whether the next block starts a new ``.prv`` (none yet, or nothing committed): asked
+    before the file is opened, since opening it creates it."""
+    return not trace.prv.exists() or trace.journal.state.prv_length == 0
+
+
+def seek_block_start(trace: LiveTrace, fh: IO[bytes], fresh: bool) -> int:
+    """Cut the live ``.prv`` back to its last committed byte (a ``fresh`` one gets a blank
+    header of the journal's capacity) and seek there: where the next block goes. Returns the
+    offset."""
+    state = trace.journal.state
+    start = state.prv_length or state.header_capacity
+    if fresh:
+        fh.truncate(0)
+        fh.write(b" " * (state.header_capacity - 1) + b"\n")
+    else:
+        fh.truncate(start)
+    fh.seek(start)
+    return start
+
+
 def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
                  publish: bool = True) -> tuple[Counter[str], int]:
     """Write the report's block behind the last one; ``publish=False`` (a group) leaves
@@ -61,16 +83,11 @@ def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
     block_threads: dict[tuple[int, int], int] = {}
     checked: set[tuple[int, int]] = set()
     start = state.prv_length or state.header_capacity
-    fresh = not trace.prv.exists() or state.prv_length == 0
+    fresh = is_fresh(trace)
     codes = trace.blocks.append_codes()
     with trace.out.open(trace.prv.name, "r+b") as fh:
         try:
-            if fresh:
-                fh.truncate(0)
-                fh.write(b" " * (state.header_capacity - 1) + b"\n")
-            else:
-                fh.truncate(start)
-            fh.seek(start)
+            seek_block_start(trace, fh, fresh)
             writer = PrvWriter(fh, end_time=trace.end_time)
             ctx, info = report_context(rep, trace.numbering, state.origin_wall_ns,
                                        len(state.reports), trace.settings.phase_pattern,

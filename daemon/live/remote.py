@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from prvstream.daemon.kinds.bounds import note_hostile
+from prvstream.daemon.live.appendblock import is_fresh, seek_block_start
 from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.livetrace import LiveTrace
@@ -226,16 +227,10 @@ class RemoteAppender:
             fp = trace._fingerprint(path, facts.wall_start, facts.objects)
             if state.origin_wall_ns is None:
                 state.origin_wall_ns = origin
-            start = state.prv_length or state.header_capacity
-            fresh = not trace.prv.exists() or state.prv_length == 0
+            fresh = is_fresh(trace)
             trace.blocks.append_block_codes(done.codes, done.records)
             with trace.out.open(trace.prv.name, "r+b") as fh, open(done.block, "rb") as src:
-                if fresh:
-                    fh.truncate(0)
-                    fh.write(b" " * (state.header_capacity - 1) + b"\n")
-                else:
-                    fh.truncate(start)
-                fh.seek(start)
+                start = seek_block_start(trace, fh, fresh)
                 shutil.copyfileobj(src, fh, 1 << 20)
                 fh.flush()
                 os.fsync(fh.fileno())

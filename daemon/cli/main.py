@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -393,6 +394,10 @@ def cli(*argv: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point."""
+    # numpy's BLAS starts a thread per core as numpy loads (about 0.1 s of CPU a process on
+    # two cores); prvstream does no linear algebra: one thread unless the user chose. The
+    # reader process inherits it.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         return cli(*(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse's --help / usage errors

@@ -157,13 +157,23 @@ class ExportClock(ExportNames):
         return max(lo, -SANE_NS), min(hi, SANE_NS)
 
     def _sample_all(self, sources: list[KindSource]) -> list[int]:
-        """``_sample_starts`` of every table in one statement (a statement per table only
-        when one of them cannot be sampled)."""
+        """``_sample_starts`` of every table in two statements: every table's rowid range,
+        then the sampled rows by their rowids (a statement per table only when one of them
+        cannot be sampled). The same rows as ``_sample_sql``, whose one statement for all
+        tables costs SQLite more than both of these together."""
         if not sources:
             return []
         try:
-            rows = self._con.execute(" UNION ALL ".join(
-                f"SELECT * FROM ({_sample_sql(src)})" for src in sources)).fetchall()
+            ends = self._con.execute("SELECT " + ", ".join(
+                f"(SELECT MIN(rowid) FROM {_q(s.table)}), (SELECT MAX(rowid) FROM {_q(s.table)})"
+                for s in sources)).fetchone()
+            parts = []
+            for i, src in enumerate(sources):
+                lo, hi = ends[2 * i], ends[2 * i + 1]
+                if lo is None:
+                    continue  # an empty table
+                parts.append(_sampled_rows_sql(src, lo, hi))
+            rows = self._con.execute(" UNION ALL ".join(parts)).fetchall() if parts else []
         except sqlite3.OperationalError:
             return [v for src in sources for v in self._sample_starts(src)]
         return [int(v) for (v,) in rows if isinstance(v, int)]
@@ -188,6 +198,18 @@ def _sample_sql(src: KindSource) -> str:
             f"{_SAMPLES - 1} FROM (SELECT (SELECT MIN(rowid) FROM {t}) AS lo, "
             f"(SELECT MAX(rowid) FROM {t}) AS hi), "
             f"(SELECT column1 AS k FROM (VALUES {steps}))){where}")
+
+
+def _sampled_rows_sql(src: KindSource, lo: object, hi: object) -> str:
+    """``_sample_sql`` for a table whose rowids run from ``lo`` to ``hi``: its rowids
+    computed here (SQLite's integer arithmetic; where that would overflow into a float, the
+    statement computes them itself as ``_sample_sql`` does)."""
+    if not (type(lo) is int and type(hi) is int and 0 <= (hi - lo) * (_SAMPLES - 1) < 2**63):
+        return f"SELECT * FROM ({_sample_sql(src)})"
+    ids = ",".join(str(r) for r in sorted({lo + (hi - lo) * k // (_SAMPLES - 1)
+                                           for k in range(_SAMPLES)}))
+    where = f" AND ({src.where})" if src.where else ""
+    return f"SELECT {_q(src.start)} FROM {_q(src.table)} WHERE rowid IN ({ids}){where}"
 
 
 def _clock(value: int | None, name: str, export: ExportNames) -> int | None:

@@ -4,6 +4,7 @@ the times are in docs/benchmarks.md)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,26 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
     assert status == 0
     assert "numpy" in modules and "prvstream.sinks.efficiency.model" in modules
     assert not modules & {"numpy.ma", "tomllib"}
+
+
+_BLAS_PROBE = """
+import os, sys
+from prvstream.daemon.cli.main import main
+main(["--version"])
+print(os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+def test_numpy_blas_starts_one_thread_unless_the_user_chose() -> None:
+    """numpy's BLAS would start a thread per core on import (CPU a small conversion does not
+    need: prvstream does no linear algebra); a value the user set is kept."""
+    for given, expected in ((None, "1"), ("3", "3")):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if given is not None:
+            env["OPENBLAS_NUM_THREADS"] = given
+        proc = subprocess.run([sys.executable, "-c", _BLAS_PROBE], capture_output=True,
+                              text=True, timeout=120, check=True, env=env)
+        assert proc.stdout.strip().splitlines()[-1] == expected
 
 
 def test_trace_help_lists_every_kind() -> None:

@@ -178,3 +178,40 @@ def test_an_impossible_session_clock_is_ignored(
     hostile, end = _convert(export, tmp_path / "out")
     assert hostile == {}
     assert 0 < end < DAY
+
+
+def _sampled(path: Path) -> tuple[list[int], list[int]]:
+    """(the samples of every table together, the samples of each table by its own one-table
+    statement) of the export at ``path``."""
+    export = open_export(path)
+    try:
+        seen = {s.table: s for k in TABLE_KINDS for s in export.sources(k)}
+        together = sorted(export._sample_all(list(seen.values())))
+        alone = sorted(v for s in seen.values() for v in export._sample_starts(s))
+    finally:
+        export.close()
+    return together, alone
+
+
+@pytest.mark.parametrize("path", real_export_params())
+def test_all_tables_sampled_together_are_the_rows_each_table_gives_alone(path: Path) -> None:
+    together, alone = _sampled(path)
+    assert together == alone and together
+
+
+@pytest.mark.parametrize("rowid", [
+    "x * 7 + 3",  # gaps between rowids
+    "x - 1000000",  # negative rowids
+    f"x + {2**62}",  # large rowids
+    f"CASE WHEN x = 1 THEN -{2**62} ELSE x END",  # a range whose arithmetic overflows
+])
+def test_sampled_rowids_are_sqlites_own(tmp_path: Path, small_export: Path,
+                                        rowid: str) -> None:
+    """The rowids computed in Python are the ones SQLite's integer arithmetic picks, and a
+    range too wide for it is left to SQLite's own statement."""
+    new = rowid.replace("x", "(-rowid)")
+    path = _with(small_export, tmp_path / "r.sqlite",
+                 f"UPDATE {KERNEL} SET rowid = -rowid",  # out of the way of the new rowids
+                 f"UPDATE {KERNEL} SET rowid = {new}")
+    together, alone = _sampled(path)
+    assert together == alone and together

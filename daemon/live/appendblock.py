@@ -14,6 +14,7 @@ from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.journal import ReportEntry, ThreadTime
 from prvstream.daemon.live.outcomes import AppendInterrupted, _OrderBroken
 from prvstream.daemon.stream.blockcodes import codes_of
+from prvstream.daemon.stream.claims import host_claims
 from prvstream.daemon.stream.pipeline import PreparedReport, report_context, report_stream
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
@@ -89,9 +90,11 @@ def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
         try:
             seek_block_start(trace, fh, fresh)
             writer = PrvWriter(fh, end_time=trace.end_time)
+            # overlapping capture ranges: yield to the committed reports that come first
+            earlier = trace.blocks.earlier(rep.sort_key, host_claims(rep))
             ctx, info = report_context(rep, trace.numbering, state.origin_wall_ns,
                                        len(state.reports), trace.settings.phase_pattern,
-                                       trace.settings.rank_pattern)
+                                       trace.settings.rank_pattern, earlier)
             trace._block_hostile = {}
             for batch, _ in report_stream(rep, ctx, info, trace.settings.chunk_rows,
                                           spool, rows):

@@ -22,10 +22,8 @@ from prvstream.daemon.stream.merge import Stream
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
-    objects_of,
     report_context,
     report_stream,
-    value_labels_of,
 )
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.daemon.stream.trace import ConvertResult
@@ -105,12 +103,11 @@ class RewriteCodes:
         self.writer.close()
         store = self.trace.blocks
         state = self.trace.journal.state
-        if state.block_format != BLOCK_FORMAT:
+        if state.block_format != BLOCK_FORMAT or not store.claims_known():
             state.block_format = BLOCK_FORMAT
             state.metas_length = 0
             for entry, rep in zip(state.reports, self.reports, strict=False):
-                store.add_meta(ReportMeta.of(entry.name, rep.host, rep.wall_start,
-                                             objects_of(rep), value_labels_of(rep)))
+                store.add_meta(ReportMeta.of_report(entry.name, rep))
             log.info("block_codes_migrated", job=state.job_dir, reports=len(state.reports))
         store.adopt(self.name, self.writer.records)
 
@@ -132,16 +129,16 @@ def compact_from_blocks(trace: LiveTrace, rep: PreparedReport, spool: ReportSpoo
     in (live ids kept, ``rep``'s appended); ``spool`` gets ``rep``'s GPU activity."""
     settings = trace.settings
     result = ConvertResult()
+    meta = ReportMeta.of_report(rep.path.name, rep)
+    earlier = trace.blocks.earlier(meta.sort_key, meta.claims or [])
 
     def stream(numbering: Numbering, index: int) -> Stream:
         ctx, info = report_context(rep, numbering, origin, index, settings.phase_pattern,
-                                   settings.rank_pattern)
+                                   settings.rank_pattern, earlier)
         yield from report_stream(rep, ctx, info, settings.chunk_rows, spool, result.rows,
                                  result.kind_records)
         note_hostile(result.hostile, rep.path.name, ctx.hostile)
 
-    meta = ReportMeta.of(rep.path.name, rep.host, rep.wall_start, objects_of(rep),
-                         value_labels_of(rep))
     merged = _merge(trace, ExtraReport(meta, stream), origin,
                     trace.journal.state.header_capacity, None, result)
     return merged

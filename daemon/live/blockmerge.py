@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from prvstream.daemon.kinds import hoststates
+from prvstream.daemon.live.blockclip import Clips, clip_batch, clips_of
 from prvstream.daemon.live.blockparse import BlockUnreadable, Renumber, parse_lines
 from prvstream.daemon.live.blockstore import BlockStore, CodesWriter, ReportMeta
 from prvstream.daemon.stream.blockcodes import codes_of, split_codes
@@ -196,7 +197,9 @@ def _convert(parsed_kind: np.ndarray, f: np.ndarray, counts: np.ndarray, codes: 
         _events(events, f, counts, fields, tmpl, ren)
     if ((parsed_kind < 1) | (parsed_kind > 3)).any():
         raise BlockUnreadable("a committed line is not a state, event or communication")
-    keys = make_keys(time, prio, task, thread, 0, 0, seq0 + np.arange(n, dtype=np.int64))
+    # the low bit of the order: a host state that begins at a cut (``blockclip`` reads it)
+    seq = (seq0 + np.arange(n, dtype=np.int64)) * 2 + np.where(rank == hoststates.RANK, flag, 0)
+    keys = make_keys(time, prio, task, thread, 0, 0, seq)
     keys[:, 1] |= rank
     keys[:, 2] |= creport << 40
     batch = RecordBatch(keys, fields, tmpl)
@@ -237,8 +240,10 @@ def _factorize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore,
-                  ren: Renumber, position: np.ndarray, chunk: int, recut: bool) -> Stream:
-    """One committed block as a stream of canonical, fully keyed record batches."""
+                  ren: Renumber, position: np.ndarray, chunk: int, recut: bool,
+                  clips: Clips) -> Stream:
+    """One committed block as a stream of canonical, fully keyed record batches, its host
+    states clipped by ``clips`` (``blockclip``)."""
     start, end, first, records = block
     cutter = _Recut() if recut else None
     done = 0
@@ -271,13 +276,13 @@ def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore
                 batch = RecordBatch.concat([batch, cutter.batch()])
                 if held is not None:
                     mark = min(mark, held)
-            yield batch, mark
+            yield clip_batch(batch, clips, _STATE), mark
     if done != records:
         raise BlockUnreadable(f"{prv} holds {done} records in a block its journal says has "
                               f"{records}; the trace was changed outside prvstream")
     if cutter is not None:
         cutter.settle(None)
-        yield cutter.batch(), np.iinfo(np.int64).max
+        yield clip_batch(cutter.batch(), clips, _STATE), np.iinfo(np.int64).max
 
 
 @dataclass
@@ -314,13 +319,17 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
             canon_index[i] = rank
     ren = Renumber.between(live, target, live_origin - origin)
     position = np.array(canon_index, np.int64)
+    # overlapping capture ranges of one process: each report yields to the earlier ones
+    clips = clips_of([m.claims or [] for m in metas] + ([extra.meta.claims or []]
+                                                        if extra is not None else []),
+                     canon_index, target, origin)
     journal_of = np.argsort(position)
     blocks = _blocks(store)
     total = sum(b[3] for b in blocks)
     recut = ren.shift % hoststates.GRID != 0
     chunk = max(_MIN_CHUNK, chunk_rows * 64 // max(1, min(len(blocks), fan_in)))
-    streams: list[Stream] = [_block_stream(prv, b, store, ren, position, chunk, recut)
-                             for b in blocks]
+    streams: list[Stream] = [_block_stream(prv, b, store, ren, position, chunk, recut,
+                                           clips) for b in blocks]
     if extra is not None:
         streams.append(extra.stream(live, int(position[-1])))
     result = MergeResult(origin=origin, numbering=target)
@@ -356,9 +365,9 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
         tmp.unlink(missing_ok=True)
         raise
     result.records, result.end_time = writer.records, writer.end_time
-    if result.records != total and not recut and extra is None:
+    if result.records != total and not recut and not clips and extra is None:
         log.warning("block_merge_records", written=result.records, committed=total,
                     job=state.job_dir)
     log.info("blocks_merged", job=state.job_dir, blocks=len(blocks), records=result.records,
-             recut=recut, compaction=extra is not None)
+             recut=recut, clipped=len(clips), compaction=extra is not None)
     return result

@@ -26,7 +26,13 @@ import msgspec
 import numpy as np
 
 from prvstream.daemon.live.journal import JobJournal
-from prvstream.daemon.stream.pipeline import ReportObjects
+from prvstream.daemon.stream.claims import Claim, host_claims
+from prvstream.daemon.stream.pipeline import (
+    PreparedReport,
+    ReportObjects,
+    objects_of,
+    value_labels_of,
+)
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
 from prvstream.sinks.logger import get_logger
 
@@ -56,14 +62,23 @@ class ReportMeta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     objects: list[tuple[str, int, str, int | None, list[tuple[tuple[int, int, int], str]]]]
     #: value group -> every label the report uses
     values: dict[str, list[str]]
+    #: where it gives CPU threads host states (``stream.claims``); None: kept by an older
+    #: prvstream, so finalize cannot clip overlapping capture ranges from the blocks alone
+    claims: list[Claim] | None = None
 
     @classmethod
     def of(cls, name: str, host: str, wall_start: int, objects: ReportObjects,
-           values: dict[str, set[str]]) -> ReportMeta:
+           values: dict[str, set[str]], claims: list[Claim]) -> ReportMeta:
         return cls(name=name, host=host, wall_start=wall_start,
                    objects=[(h, p, n, r, sorted(threads.items()))
                             for h, p, n, r, threads in objects],
-                   values={g: sorted(v) for g, v in values.items()})
+                   values={g: sorted(v) for g, v in values.items()}, claims=list(claims))
+
+    @classmethod
+    def of_report(cls, name: str, rep: PreparedReport) -> ReportMeta:
+        """The meta of a prepared report committed under ``name``."""
+        return cls.of(name, rep.host, rep.wall_start, objects_of(rep), value_labels_of(rep),
+                      host_claims(rep))
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -76,6 +91,15 @@ class ReportMeta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     def value_sets(self) -> dict[str, set[str]]:
         return {g: set(v) for g, v in self.values.items()}
+
+
+#: (host, pid, tid) -> (report sort key, claim) of the committed reports
+_ClaimIndex = dict[tuple[str, int, int], list[tuple[tuple[int, str, str], Claim]]]
+
+
+def _index(index: _ClaimIndex, meta: ReportMeta) -> None:
+    for c in meta.claims or []:
+        index.setdefault(c[:3], []).append((meta.sort_key, c))
 
 
 _meta_encoder = msgspec.msgpack.Encoder()
@@ -115,6 +139,9 @@ class BlockStore:
         self.journal = journal
         self.folder = journal.path.parent
         self.stem = journal.path.stem
+        #: the committed reports' claims by thread, for ``earlier`` (and the metas_length
+        #: they were read at)
+        self._claims: tuple[int, _ClaimIndex] | None = None
 
     @property
     def complete(self) -> bool:
@@ -201,7 +228,39 @@ class BlockStore:
                 os.fsync(fd)
         finally:
             os.close(fd)
+        if self._claims is not None and self._claims[0] == state.metas_length:
+            _index(self._claims[1], meta)
+            self._claims = (state.metas_length + _FRAME.size + len(data), self._claims[1])
+        else:  # rolled back since it was read: read again when asked
+            self._claims = None
         state.metas_length += _FRAME.size + len(data)
+
+    def earlier(self, sort_key: tuple[int, str, str], claims: list[Claim]) -> list[Claim]:
+        """The claims on the threads of ``claims`` of the committed reports that come before
+        ``sort_key`` in canonical order: where a new report's host states yield. Reports
+        that come after it yield to it at finalize instead, so its block keeps its states
+        there. The metas are read once, then followed as they are added; the cost is the
+        claims on the report's own threads."""
+        state = self.journal.state
+        if state.block_format != BLOCK_FORMAT or not claims:
+            return []
+        if self._claims is None or self._claims[0] != state.metas_length:
+            index: _ClaimIndex = {}
+            for m in self.metas() if state.metas_length else []:
+                _index(index, m)
+            self._claims = (state.metas_length, index)
+        threads = dict.fromkeys(c[:3] for c in claims)
+        return [c for t in threads for key, c in self._claims[1].get(t, []) if key < sort_key]
+
+    def claims_known(self) -> bool:
+        """Whether every committed report's meta says where it gives host states (False
+        when the metas cannot be read)."""
+        if not self.journal.state.reports:
+            return True
+        try:
+            return all(m.claims is not None for m in self.metas())
+        except (JournalCorrupt, OSError):
+            return False
 
     # -- reading ---------------------------------------------------------------------------
     def metas(self) -> list[ReportMeta]:

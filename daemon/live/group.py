@@ -17,7 +17,7 @@ from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
-from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks, value_labels_of
+from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.logger import get_logger
 
@@ -126,8 +126,7 @@ def _append_member(trace: LiveTrace, path: Path, identity: ReportIdentity
         trace._same_file(path, identity)  # rewritten while read: read again, never half
         trace._model_fed = True
         spool.replay(trace.model)
-        trace.blocks.add_meta(ReportMeta.of(path.name, rep.host, rep.wall_start,
-                                            objects_of(rep), value_labels_of(rep)), sync=False)
+        trace.blocks.add_meta(ReportMeta.of_report(path.name, rep), sync=False)
         trace._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
                              ranked_tasks(rep, trace.settings.rank_pattern),
                              hostile=trace._block_hostile)

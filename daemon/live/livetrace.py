@@ -40,7 +40,6 @@ from prvstream.daemon.stream.pipeline import (
     ReportObjects,
     objects_of,
     ranked_tasks,
-    value_labels_of,
 )
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
@@ -248,8 +247,7 @@ class LiveTrace:
             self._model_fed = True
             spool.replay(self.model)
             self._publish_summary()
-            self.blocks.add_meta(ReportMeta.of(path.name, rep.host, rep.wall_start,
-                                               objects_of(rep), value_labels_of(rep)))
+            self.blocks.add_meta(ReportMeta.of_report(path.name, rep))
             self._record_report(rep.path, rep.wall_start, rep.wall_end, identity, records, fp,
                                 ranked_tasks(rep, self.settings.rank_pattern),
                                 hostile=self._block_hostile)
@@ -323,11 +321,12 @@ class LiveTrace:
         if not state.reports:
             log.info("finalize_nothing", job=state.job_dir)
             return
-        if self.blocks.complete:
+        if self.blocks.complete and self.blocks.claims_known():
             result = blockfinal.finalize_from_blocks(self)
         else:
             log.info("finalize_reading_exports", job=state.job_dir,
-                     reason="committed before prvstream kept block codes")
+                     reason="committed before prvstream kept block codes (or the spans "
+                     "where reports give host states)")
             result = self._rewrite(None, None)
         assert result.numbering is not None
         state.numbering = result.numbering.state

@@ -250,7 +250,7 @@ class RemoteAppender:
             spool.replay(trace.model)
             trace._publish_summary()
             trace.blocks.add_meta(ReportMeta.of(path.name, facts.host, facts.wall_start,
-                                                facts.objects, facts.values))
+                                                facts.objects, facts.values, facts.claims))
             note_hostile({}, path.name, Counter(done.hostile))
             trace._record_report(path, done.wall_start, done.wall_end, identity, done.records,
                                  fp, hostile=done.hostile)

@@ -137,11 +137,8 @@ class Numbering:
 
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int:
         """Thread id of ``key`` within a task, added at the end if new."""
-        index = self._thread_index.get(task_id)
+        index = self._threads_of(task_id)
         entry = self.tasks[task_id - 1]
-        if index is None:
-            index = self._thread_index[task_id] = {
-                (k[0], k[1], k[2]): i + 1 for i, k in enumerate(entry.thread_keys)}
         tkey = (key[0], key[1], key[2])
         found = index.get(tkey)
         if found is not None:
@@ -151,6 +148,23 @@ class Numbering:
         entry.thread_names.append(clean_label(name))
         index[tkey] = len(entry.thread_keys)
         return index[tkey]
+
+    def find_thread(self, host: str, pid: int, key: ThreadKey) -> tuple[int, int] | None:
+        """(task id, thread id) of a thread already numbered, else None (adds nothing)."""
+        task_id = self._task_index.get((host, pid)) or self._task_index.get(
+            (clean_label(host), pid))
+        if task_id is None:
+            return None
+        found = self._threads_of(task_id).get((key[0], key[1], key[2]))
+        return None if found is None else (task_id, found)
+
+    def _threads_of(self, task_id: int) -> dict[ThreadKey, int]:
+        index = self._thread_index.get(task_id)
+        if index is None:
+            index = self._thread_index[task_id] = {
+                (k[0], k[1], k[2]): i + 1
+                for i, k in enumerate(self.tasks[task_id - 1].thread_keys)}
+        return index
 
     # -- values ----------------------------------------------------------------------------
     def value(self, group: str, label: str) -> int:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
-import sqlite3
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -16,59 +13,16 @@ import pytest
 from prvstream.daemon.cli.main import cli
 from prvstream.daemon.synthetic.spec import SynthSpec
 from prvstream.daemon.synthetic.synth import write_export
-from tests.compat.basicanalysis import HOST_ROW, analyse
+from tests.compat.basicanalysis import analyse
+from tests.daemon.overlap import host_states, overlapping_parts
 
 __all__: list[str] = []
 
 
-def _keep(path: Path, lo: float, hi: float) -> None:
-    """Keep only the rows starting in [lo, hi) of the CUDA runtime calls' start range."""
-    con = sqlite3.connect(path)
-    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
-              if any(c[1] == "start" for c in con.execute(f"PRAGMA table_info({t})"))]
-    first, last = con.execute(
-        "SELECT MIN(start), MAX(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
-    a, b = first + int(lo * (last - first)), first + int(hi * (last - first)) + 1
-    for t in tables:
-        con.execute(f"DELETE FROM {t} WHERE start < ? OR start >= ?", (a, b))
-    con.commit()
-    con.close()
-
-
-def _host_states(out: Path) -> dict[tuple[int, int], list[tuple[int, int, int]]]:
-    """(task, thread) of each host-thread row -> its state records (begin, end, state)."""
-    levels: dict[str, list[str]] = defaultdict(list)
-    level = ""
-    for line in out.with_suffix(".row").read_text().splitlines():
-        if line.startswith("LEVEL "):
-            level = line.split()[1]
-        elif line.strip():
-            levels[level].append(line.strip())
-    header = out.read_text().split("\n", 1)[0]
-    counts = [int(t.split(":")[0]) for t in header.rsplit("(", 1)[1].split(")")[0].split(",")]
-    objects = [(task, th) for task, n in enumerate(counts, 1) for th in range(1, n + 1)]
-    host = {o for o, label in zip(objects, levels["THREAD"], strict=True) if HOST_ROW.match(label)}
-    states: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    with out.open() as fh:
-        next(fh)
-        for line in fh:
-            f = line.split(":")
-            if f[0] == "1" and (int(f[3]), int(f[4])) in host:
-                states[(int(f[3]), int(f[4]))].append((int(f[5]), int(f[6]), int(f[7])))
-    return states
-
-
 @pytest.mark.parametrize("cuts", [((0.0, 0.7), (0.3, 1.0)), ((0.0, 1.0), (0.2, 0.6))])
-def test_overlapping_reports_of_one_process_write_no_overlapping_host_states(
+def test_overlapping_reports_of_one_process_write_no_overlappinghost_states(
         cuts: tuple[tuple[float, float], ...], tmp_path: Path) -> None:
-    whole = write_export(tmp_path / "whole.sqlite", SynthSpec(ranks=1, steps=6), 0)
-    parts = []
-    for name, (lo, hi) in zip(("a", "b"), cuts, strict=True):
-        part = tmp_path / f"rank0-{name}.sqlite"
-        shutil.copy(whole, part)
-        _keep(part, lo, hi)
-        parts.append(part)
-    whole.unlink()
+    parts = overlapping_parts(tmp_path, cuts)
     spans = {}
     for part in parts:
         single = tmp_path / f"single-{part.stem}"
@@ -78,7 +32,7 @@ def test_overlapping_reports_of_one_process_write_no_overlapping_host_states(
     out = tmp_path / "both"
     assert cli("convert", *map(str, parts), "-o", str(out), "--no-progress") == 0
     prv = out.with_name(out.name + ".prv")
-    states = _host_states(prv)
+    states = host_states(prv)
     assert states, "the synthetic export has host threads with CUDA runtime calls"
     summary = json.loads(out.with_name(out.name + ".summary.json").read_text())
     covered = []

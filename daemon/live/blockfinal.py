@@ -153,11 +153,20 @@ def _merge(trace: LiveTrace, extra: ExtraReport | None, origin: int | None, capa
     name = store.new_codes_name()
     codes = store.rewrite_codes(name)
     try:
-        merged = merge_blocks(
-            store, trace.prv, Path(str(tmp_out) + ".prv"), live=trace.numbering,
-            live_origin=state.origin_wall_ns or 0, fan_in=trace.settings.fan_in,
-            chunk_rows=trace.settings.chunk_rows, header_capacity=capacity, codes_out=codes,
-            progress=progress, extra=extra, origin=origin)
+        if extra is None and trace.settings.dask:  # finalize: ranges merged on the workers
+            from prvstream.daemon.live.rangefinal import merge_blocks_on_dask
+
+            merged = merge_blocks_on_dask(
+                trace.settings.dask, store, trace.prv, Path(str(tmp_out) + ".prv"),
+                live=trace.numbering, live_origin=state.origin_wall_ns or 0,
+                fan_in=trace.settings.fan_in, chunk_rows=trace.settings.chunk_rows,
+                header_capacity=capacity, codes_out=codes, progress=progress)
+        else:
+            merged = merge_blocks(
+                store, trace.prv, Path(str(tmp_out) + ".prv"), live=trace.numbering,
+                live_origin=state.origin_wall_ns or 0, fan_in=trace.settings.fan_in,
+                chunk_rows=trace.settings.chunk_rows, header_capacity=capacity,
+                codes_out=codes, progress=progress, extra=extra, origin=origin)
     except BaseException:
         codes.abort()
         store.codes_path(name).unlink(missing_ok=True)

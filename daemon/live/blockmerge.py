@@ -21,7 +21,7 @@ import numpy as np
 from prvstream.daemon.kinds import hoststates
 from prvstream.daemon.live.blockclip import Clips, clip_batch, clips_of
 from prvstream.daemon.live.blockparse import BlockUnreadable, Renumber, parse_lines
-from prvstream.daemon.live.blockstore import BlockStore, CodesWriter, ReportMeta
+from prvstream.daemon.live.blockstore import BlockStore, CodesSource, CodesWriter, ReportMeta
 from prvstream.daemon.stream.blockcodes import codes_of, split_codes
 from prvstream.daemon.stream.merge import Stream, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
@@ -34,7 +34,8 @@ from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, make_keys
 from prvstream.sinks.paraver.writer import PrvWriter, placeholder
 from prvstream.sinks.paraver.writer import header_capacity as paraver_capacity
 
-__all__ = ["BlockUnreadable", "ExtraReport", "MergeResult", "canonical_of", "merge_blocks"]
+__all__ = ["BlockUnreadable", "ExtraReport", "MergeResult", "block_stream", "blocks_of",
+           "canonical_of", "merge_blocks"]
 
 log = get_logger(__name__)
 
@@ -239,11 +240,12 @@ def _factorize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
-def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore,
+def _block_stream(prv: Path, block: tuple[int, int, int, int], store: CodesSource,
                   ren: Renumber, position: np.ndarray, chunk: int, recut: bool,
-                  clips: Clips) -> Stream:
+                  clips: Clips, seq0: int = 0) -> Stream:
     """One committed block as a stream of canonical, fully keyed record batches, its host
-    states clipped by ``clips`` (``blockclip``)."""
+    states clipped by ``clips`` (``blockclip``); ``block`` may be a slice of one whose first
+    record is the block's ``seq0``-th."""
     start, end, first, records = block
     cutter = _Recut() if recut else None
     done = 0
@@ -267,7 +269,7 @@ def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore
                 raise BlockUnreadable(f"{prv} holds more records than its journal says")
             codes = store.codes(first + done, n)
             batch = _convert(parsed.kind, parsed.fields, parsed.counts, codes, ren, position,
-                             done, cutter)
+                             seq0 + done, cutter)
             done += n
             last = int(parsed.fields[-1, 5]) + ren.shift
             mark = last
@@ -283,6 +285,11 @@ def _block_stream(prv: Path, block: tuple[int, int, int, int], store: BlockStore
     if cutter is not None:
         cutter.settle(None)
         yield clip_batch(cutter.batch(), clips, _STATE), np.iinfo(np.int64).max
+
+
+#: the public names: a range merge on a Dask worker reads slices of blocks (``blockrange``)
+block_stream = _block_stream
+blocks_of = _blocks
 
 
 @dataclass

@@ -20,7 +20,7 @@ import secrets
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import msgspec
 import numpy as np
@@ -39,6 +39,8 @@ from prvstream.sinks.logger import get_logger
 __all__ = [
     "BLOCK_FORMAT",
     "BlockStore",
+    "CodesFile",
+    "CodesSource",
     "CodesWriter",
     "ReportMeta",
 ]
@@ -104,6 +106,32 @@ def _index(index: _ClaimIndex, meta: ReportMeta) -> None:
 
 _meta_encoder = msgspec.msgpack.Encoder()
 _meta_decoder = msgspec.msgpack.Decoder(ReportMeta)
+
+
+class CodesSource(Protocol):
+    """Where a block merge reads committed codes."""
+
+    def codes(self, first: int, count: int) -> np.ndarray: ...
+
+
+class CodesFile:
+    """Committed codes read from a copy of a job's codes file (a Dask worker's view)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def codes(self, first: int, count: int) -> np.ndarray:
+        return _read_codes(self.path, first, count)
+
+
+def _read_codes(path: Path, first: int, count: int) -> np.ndarray:
+    with path.open("rb") as fh:
+        fh.seek(first * 4)
+        data = fh.read(count * 4)
+    if len(data) != count * 4:
+        raise JournalCorrupt(f"{path} is shorter than its journal says; convert the reports "
+                             "instead")
+    return np.frombuffer(data, "<u4")
 
 
 class CodesWriter:
@@ -286,13 +314,7 @@ class BlockStore:
 
     def codes(self, first: int, count: int) -> np.ndarray:
         """``count`` committed codes from record ``first`` on."""
-        with self.codes_path().open("rb") as fh:
-            fh.seek(first * 4)
-            data = fh.read(count * 4)
-        if len(data) != count * 4:
-            raise JournalCorrupt(f"{self.codes_path()} is shorter than its journal says; "
-                                 "convert the reports instead")
-        return np.frombuffer(data, "<u4")
+        return _read_codes(self.codes_path(), first, count)
 
     def iter_codes(self, first: int, count: int, step: int) -> Iterator[np.ndarray]:
         for at in range(first, first + count, step):

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,24 +167,6 @@ def _convert_both(client: Any, inputs: list[str], tmp_path: Path, **hooks: Any
         outputs["state"] = _digest(encode_record(model.state()))
         got.append(outputs)
     return got[0], got[1]
-
-
-@pytest.fixture(scope="module")
-def inproc() -> Iterator[Any]:
-    pytest.importorskip("distributed", reason="the dask extra is not installed")
-    from prvstream.daemon.scale.cluster import close_clients, get_client
-
-    yield get_client("inproc:2")
-    close_clients()
-
-
-@pytest.fixture(scope="module")
-def processes() -> Iterator[Any]:
-    pytest.importorskip("distributed", reason="the dask extra is not installed")
-    from prvstream.daemon.scale.cluster import close_clients, get_client
-
-    yield get_client("local:2")
-    close_clients()
 
 
 @pytest.mark.skipif(not real_exports(), reason="real exports not found (PRVSTREAM_TEST_DATA)")

@@ -25,6 +25,7 @@ from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from tests.conftest import real_exports
+from tests.daemon.overlap import overlapping_parts
 
 
 def _finalized(tmp: Path, name: str, sources: list[Path], *, dask: str = "",
@@ -59,6 +60,7 @@ def _finalized(tmp: Path, name: str, sources: list[Path], *, dask: str = "",
         if ranges:
             out["ranges"] = ranges[0]["ranges"]
             out["recut"] = ranges[0]["recut"]
+            out["clipped"] = ranges[0]["clipped"]
     finally:
         trace.close()
         journal.unlock()
@@ -72,7 +74,7 @@ def _both(tmp: Path, sources: list[Path], dask: str, **extra: Any
     are popped off it, into the third."""
     one = _finalized(tmp, "one", sources, **extra)
     dask_out = _finalized(tmp, "dask", sources, dask=dask, **extra)
-    facts = {"ranges": dask_out.pop("ranges"), "recut": dask_out.pop("recut")}
+    facts = {k: dask_out.pop(k) for k in ("ranges", "recut", "clipped")}
     return one, dask_out, facts
 
 
@@ -131,6 +133,7 @@ def test_worker_killed_mid_finalize_completes_once(processes: Any, tmp_path: Pat
     assert killed
     assert dask.pop("ranges") >= 4
     dask.pop("recut")
+    dask.pop("clipped")
     assert one == dask
     assert calls == sorted(calls) and len(calls) == len(set(calls)) >= 2  # each range once
 
@@ -152,3 +155,21 @@ def test_plan_ranges_slices_cover_each_range() -> None:
                                     & (times < (hi if hi is not None else 1 << 40) + reach))
             assert s.seq0 <= inside[0] and inside[-1] < s.seq0 + s.records
             assert (s.start, s.end) == (s.seq0 * 10, (s.seq0 + s.records) * 10)
+
+
+def test_overlapping_capture_ranges_finalize_on_dask(inproc: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host states clipped where an earlier overlapping capture of the process gives the
+    thread states: a clipped state may begin ranges after its committed start."""
+    monkeypatch.setattr(blockrange, "SAMPLE", 5)
+    monkeypatch.setattr(rangefinal, "SAMPLE", 5)
+    monkeypatch.setattr(rangefinal, "_RANGE_RECORDS", 200)
+    parts = [p for rank, cuts in {0: ((0.0, 0.55), (0.3, 0.8), (0.6, 1.0)),
+                                  1: ((0.0, 0.7), (0.2, 1.0))}.items()
+             for p in overlapping_parts(tmp_path / "src", cuts, SynthSpec(ranks=2, steps=6,
+                                                                          seed=3), rank)]
+    latest_first = sorted(parts, key=lambda p: p.name, reverse=True)
+    one, dask, facts = _both(tmp_path, latest_first, "inproc:2", skew_allowance=0.37,
+                             fan_in=2)
+    assert one == dask
+    assert facts["clipped"] and facts["ranges"] >= 10

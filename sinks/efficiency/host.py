@@ -20,6 +20,7 @@ import numpy as np
 
 from prvstream.sinks.base import HostKind, ReportInfo
 from prvstream.sinks.efficiency.metrics import covered
+from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import HostMetrics, HostRow
 
@@ -52,13 +53,13 @@ class HostProcess:
     #: window index -> totals row
     windows: Table = field(default_factory=dict)
     #: phase instance id -> totals row (time inside the process's own occurrence)
-    instances: Table = field(default_factory=dict)
+    instances: RowStore = field(default_factory=lambda: RowStore(HOST_WIDTH))
     #: host thread (OS tid) -> the spans it is captured over (the reports that give it states)
     threads: dict[int, Spans] = field(default_factory=dict)
     #: the same rows, each the sum over its threads of the thread's own union of calls
     thread_totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
     thread_windows: Table = field(default_factory=dict)
-    thread_instances: Table = field(default_factory=dict)
+    thread_instances: RowStore = field(default_factory=lambda: RowStore(HOST_WIDTH))
 
 
 @dataclass
@@ -162,6 +163,16 @@ class HostTotals:
         frontier = int(batch["start"].max()) + rep.origin
         for lst in rep.phases.values():  # no later call starts before the frontier
             lst[:] = [p for p in lst if p[1] > frontier]
+        self._settle(rep, final=False)
+
+    @staticmethod
+    def _settle(rep: _Open, *, final: bool) -> None:
+        """Pack the phase rows no call adds time to any more: below the smallest occurrence
+        still open in the process (all of them at the end of the report)."""
+        for i, hp in enumerate(rep.procs):
+            lst = None if final else rep.phases.get(i)
+            for store in (hp.instances, hp.thread_instances):
+                store.settle(min(p[2] for p in lst) if lst else store.base + len(store.dense))
 
     def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
                e: np.ndarray) -> None:
@@ -208,6 +219,7 @@ class HostTotals:
         rep = self._open
         if rep is None:
             raise RuntimeError("begin_report must come before end_report")
+        self._settle(rep, final=True)
         if rep.hi > rep.lo:
             span = (rep.lo, rep.hi)
             for i in sorted(rep.called):
@@ -257,7 +269,9 @@ class HostTotals:
             if t <= 0 and not any(each):
                 continue
             mpi = mpi or covered(hp.mpi_spans, s, e) > 0
-            v, tv = hp.instances.get(i, zero), hp.thread_instances.get(i, zero)
+            found, t_found = hp.instances.get(i), hp.thread_instances.get(i)
+            v = zero if found is None else found.tolist()
+            tv = zero if t_found is None else t_found.tolist()
             row = acc.setdefault(key, [0] * 7)
             for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
                 row[j] = max(row[j], x) if j == 3 else row[j] + x
@@ -268,7 +282,7 @@ class HostTotals:
         return _rows_metrics(rows, lo, hi, mpi)
 
 
-def _phases(instances: Table, kind: int, recent: list[tuple[int, int, int]] | None,
+def _phases(instances: RowStore, kind: int, recent: list[tuple[int, int, int]] | None,
             lo: np.ndarray, hi: np.ndarray) -> None:
     """Add the parts of pieces [lo, hi) inside each open phase occurrence."""
     if not recent:
@@ -276,9 +290,9 @@ def _phases(instances: Table, kind: int, recent: list[tuple[int, int, int]] | No
     r = np.array(recent, np.int64)
     inside = np.clip(np.minimum(hi[:, None], r[None, :, 1])
                      - np.maximum(lo[:, None], r[None, :, 0]), 0, None).sum(axis=0)
-    for i, ns in zip(r[:, 2].tolist(), inside.tolist(), strict=True):
-        if ns:
-            instances.setdefault(i, [0] * HOST_WIDTH)[kind] += ns
+    nz = inside > 0
+    if nz.any():
+        instances.add(r[nz, 2], inside[nz], kind)
 
 
 def _rows_metrics(rows: Sequence[tuple[HostProcess, HostSample]], start: int,

@@ -240,6 +240,7 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
             hi = max(rep.last, sw.lo, int(sw.carry_e.max()) if len(sw.carry_e) else sw.lo)
             self._advance(rep, gid, sw, sw.carry_s[:0], sw.carry_e[:0], sw.carry_c[:0], hi,
                           final=True, report_end=rep.last)
+        self._settle(rep, final=True)
         self._host.end()
         start, end = rep.first, rep.last
         for gid in rep.sweeps:

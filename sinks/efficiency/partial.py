@@ -16,6 +16,7 @@ import numpy as np
 
 from prvstream.sinks.efficiency.host import HOST_WIDTH, HostProcess, restore_process
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
+from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.efficiency.tables import Tables, merge_tables
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder
@@ -167,19 +168,17 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         raise RuntimeError("export the state between reports, not inside one")
     slots = np.fromiter(m._window_slots.values(), np.int64, len(m._window_slots))
     ks = np.fromiter(m._window_slots.keys(), np.int64, len(m._window_slots))
-    n_inst = m._n_instances
     devices: list[DeviceState] = []
     for d in sorted(m._devices, key=lambda d: (d.host, d.device)):
         ok = slots < len(d.windows)
         windows = _table(ks[ok], d.windows[slots[ok]])
         instances: dict[str, Rows] = {}
-        tab = d.instances[:n_inst]
-        ids = np.flatnonzero(tab.any(axis=1))
+        ids, tab = d.instances.rows()
         if len(ids):
             nids = m._i_name[ids]
             for nid in np.unique(nids, return_counts=True)[0].tolist():  # counts: no numpy.ma
                 sel = ids[nids == nid]
-                instances[m._names[nid].name] = _table(m._i_occ[sel], tab[sel])
+                instances[m._names[nid].name] = _table(m._i_occ[sel], tab[nids == nid])
         names = {m._names[nid].name: d.names[nid].tolist()
                  for nid in np.flatnonzero(d.names[:len(m._names)].any(axis=1)).tolist()}
         devices.append(DeviceState(
@@ -205,9 +204,10 @@ def _rows(table: dict[int, list[int]]) -> Rows:
 
 
 def _host_state(m: EfficiencyModel, hp: HostProcess) -> HostState:
-    def by_name(instances: dict[int, list[int]]) -> dict[str, Rows]:
+    def by_name(instances: RowStore) -> dict[str, Rows]:
         out: dict[str, dict[int, list[int]]] = {}
-        for i, row in instances.items():
+        ids, vals = instances.rows()
+        for i, row in zip(ids.tolist(), vals.tolist(), strict=True):
             out.setdefault(m._names[int(m._i_name[i])].name, {})[int(m._i_occ[i])] = row
         return {n: _rows(t) for n, t in sorted(out.items())}
 
@@ -250,8 +250,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         m._phase_rows(dev)
         for name, rows in ds.instances.items():
             keys, values = _arrays(rows)
-            nm = m._names[m._name_ids[name]]
-            dev.instances[nm.instances[keys]] = values
+            dev.instances.load(m._names[m._name_ids[name]].instances[keys], values)
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
     for h in state.hosts:
@@ -268,8 +267,8 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
                               (hp.thread_instances, h.thread_instances)):
             for name, rows in named.items():
                 ids = m._names[m._name_ids[name]].instances
-                for j, occ in enumerate(rows.keys):
-                    target[int(ids[occ])] = rows.values[j * HOST_WIDTH:(j + 1) * HOST_WIDTH]
+                target.load(ids[np.asarray(rows.keys, np.int64)],
+                            np.asarray(rows.values, np.int64).reshape(-1, HOST_WIDTH))
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}

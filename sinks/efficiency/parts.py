@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo
+from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import SummaryRecord
 
@@ -93,10 +94,11 @@ class Device:
     first: tuple[int, str] = (0, "")
     spans: list[tuple[int, int]] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(WIDTH, np.int64))
-    #: totals per window slot, per phase instance id and per phase name id (rows of WIDTH)
+    #: totals per window slot and per phase name id (rows of WIDTH)
     windows: np.ndarray = field(default_factory=rows)
-    instances: np.ndarray = field(default_factory=rows)
     names: np.ndarray = field(default_factory=rows)
+    #: totals per phase instance id (closed instances packed)
+    instances: RowStore = field(default_factory=lambda: RowStore(WIDTH))
 
 
 @dataclass

@@ -133,7 +133,6 @@ class DeviceSweep:
         return slots
 
     def _phase_rows(self, dev: Device) -> None:
-        dev.instances = grow(dev.instances, self._n_instances, first=1)
         dev.names = grow(dev.names, len(self._names), first=1)
 
     def _attribute(self, rep: Report, gid: int, edges: np.ndarray, length: np.ndarray,
@@ -172,7 +171,7 @@ class DeviceSweep:
             ids = r[:, 2]
             per_phase = upto(r[:, 1]) - upto(r[:, 0])
             self._phase_rows(dev)
-            dev.instances[ids, :N_MEASURES] += per_phase  # ids are distinct
+            dev.instances.add(ids, per_phase, slice(0, N_MEASURES))
             np.add.at(dev.names[:, :N_MEASURES], self._i_name[ids], per_phase)
 
     def _gaps(self, rep: Report, gid: int, sw: Sweep, edges: np.ndarray,
@@ -230,8 +229,8 @@ class DeviceSweep:
                               0)
             n_hit, ns_hit = hit.sum(axis=0), inside.sum(axis=0)
             self._phase_rows(dev)
-            dev.instances[ids, GAPS] += n_hit
-            dev.instances[ids, GAP_NS] += ns_hit
+            dev.instances.add(ids, n_hit, GAPS)
+            dev.instances.add(ids, ns_hit, GAP_NS)
             names = self._i_name[ids]
             np.add.at(dev.names[:, GAPS], names, n_hit)
             np.add.at(dev.names[:, GAP_NS], names, ns_hit)
@@ -249,3 +248,13 @@ class DeviceSweep:
                 lst.clear()
             elif lst and min(r[1] for r in lst) <= limit:
                 lst[:] = [r for r in lst if r[1] > limit]
+        self._settle(rep, final=False)
+
+    def _settle(self, rep: Report, *, final: bool) -> None:
+        """Pack the phase rows of the report's devices that no longer receive time: those
+        below the smallest instance still open in the device's process (all at the end)."""
+        for gid in rep.sweeps:
+            dev = self._devices[gid]
+            store = dev.instances
+            lst = None if final else rep.recent.get(dev.process)
+            store.settle(min(r[2] for r in lst) if lst else store.base + len(store.dense))

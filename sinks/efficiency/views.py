@@ -68,12 +68,12 @@ class RecordViews:
 
 
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
-                rows_of: Callable[[Device], np.ndarray | None], row: int = 0, name: str = "",
+                row_of: Callable[[Device], np.ndarray | None], name: str = "",
                 index: int = 0, span: int | None = None, captured: bool = False,
                 ) -> SummaryRecord:
         """One record over [start, end) (length ``span``) for devices ``gids``; a device's
-        totals are ``rows_of(device)[row]`` (zeros when missing). With ``captured``, each
-        device's time is its reports' spans inside [start, end), else the whole span."""
+        totals are ``row_of(device)`` (zeros when None). With ``captured``, each device's
+        time is its reports' spans inside [start, end), else the whole span."""
         if span is None:
             span = max(end - start, 0)
         spans: list[tuple[int, int]] = []
@@ -81,9 +81,8 @@ class RecordViews:
         rank_of = self._device_rank
         for gid in sorted(set(gids), key=rank_of.__getitem__):
             dev = self._devices[gid]
-            table = rows_of(dev)
-            v = table[row].tolist() if table is not None and row < len(table) else \
-                [0] * WIDTH
+            found = row_of(dev)
+            v = found.tolist() if found is not None else [0] * WIDTH
             useful, comm, overlap = v[USEFUL], v[COMM], v[OVERLAP]
             busy_k = v[K1:K4 + 1]
             t = covered(dev.spans, start, end) if captured else span
@@ -133,7 +132,7 @@ class RecordViews:
     def _cumulative(self) -> SummaryRecord:
         start, end = self._span if self._span else (0, 0)
         record = self._record("cumulative", start, end, range(len(self._devices)),
-                              lambda d: d.totals[None, :], captured=True)
+                              lambda d: d.totals, captured=True)
         record.notes = note_lines(self._notes)
         record.tables = self._tables.top(self.top)
         record.host_metrics = self._host.metrics()
@@ -147,8 +146,7 @@ class RecordViews:
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
         record = self._record("window", max(ws, js), min(we, je), present,
-                              lambda d: d.windows if slot >= 0 else None, row=slot, index=k,
-                              captured=True)
+                              lambda d: _row(d.windows, slot), index=k, captured=True)
         record.host_metrics = self._host.metrics(k)
         return record
 
@@ -160,8 +158,8 @@ class RecordViews:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
         nm = self._names[int(self._i_name[i])]
         record = self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
-                              self._present(procs), lambda d: d.instances, row=i, name=nm.name,
-                              index=int(self._i_occ[i]))
+                              self._present(procs), lambda d: d.instances.get(i),
+                              name=nm.name, index=int(self._i_occ[i]))
         occ = int(self._i_occ[i])
         record.host_metrics = self._host.phase_metrics(
             self._occurrences(procs, nm.name, lambda spans: [(occ, i)]))
@@ -184,8 +182,9 @@ class RecordViews:
     def _phase_total(self, nid: int) -> SummaryRecord:
         nm = self._names[nid]
         record = self._record("phase_total", nm.start, nm.end,
-                              self._present(sorted(nm.processes)), lambda d: d.names, row=nid,
-                              name=nm.name, index=nm.count, span=nm.span)
+                              self._present(sorted(nm.processes)),
+                              lambda d: _row(d.names, nid), name=nm.name, index=nm.count,
+                              span=nm.span)
         ids = nm.instances.tolist()
         record.host_metrics = self._host.phase_metrics(self._occurrences(
             sorted(nm.processes), nm.name,
@@ -195,3 +194,7 @@ class RecordViews:
             record.tables = tables.top(self.top)
         return record
 
+
+def _row(table: np.ndarray, i: int) -> np.ndarray | None:
+    """Row ``i`` of a growing table, None when the table has not reached it."""
+    return table[i] if 0 <= i < len(table) else None

@@ -295,12 +295,30 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = _add(sub, "bench", "Generate a synthetic job, convert it, and print records/s, MB/s, "
-             "peak RSS and the daemon path's lag.")
-    p.add_argument("--rows", type=_positive_int, default=1_000_000, metavar="N",
-                   help="rows in the synthetic job")
-    p.add_argument("--ranks", type=_positive_int, default=1, metavar="N",
-                   help="ranks (exports) the rows are spread over")
+             "peak RSS and the daemon path's lag; with --scale, a scale-out benchmark.")
+    p.add_argument("--rows", type=_positive_int, default=None, metavar="N",
+                   help="rows in the synthetic job (default 1,000,000; --scale dask: "
+                        "3,200,000)")
+    p.add_argument("--ranks", type=_positive_int, default=None, metavar="N",
+                   help="ranks (exports) the rows are spread over (default 1; --scale dask: "
+                        "16)")
     p.add_argument("--out", metavar="DIR", help="work directory (default: temporary)")
+    p.add_argument("--scale", choices=["many", "daemon", "tiny", "dask"], metavar="MODE",
+                   help="many: N small exports against one as big; daemon: N small reports "
+                        "dropped at once into a watched job; tiny: N and 10 N tiny reports "
+                        "(daemon memory); dask: convert, live appends and finalize, one "
+                        "process against --dask SPEC (default local:2). Prints JSON")
+    p.add_argument("--reports", type=_positive_int, default=0, metavar="N",
+                   help="--scale many/daemon/tiny: reports (default 400 for many, else 1,000)")
+    p.add_argument("--reps", type=_positive_int, default=3, metavar="N",
+                   help="--scale many: paired runs (medians)")
+    p.add_argument("--fan-in", type=_positive_int, metavar="N",
+                   help="--scale many: convert the small exports with --fan-in N")
+    p.add_argument("--no-batch", action="store_true",
+                   help="--scale daemon: skip the batch convert of the same reports")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="--scale: longest a measured command may take")
+    p.add_argument("--json", metavar="FILE", help="--scale: write the numbers here too")
     _dask(p)
     _common(p)
 

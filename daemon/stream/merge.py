@@ -218,8 +218,12 @@ def merge_bounded(
 ) -> Iterator[tuple[RecordBatch, int]]:
     """Merge any number of streams with at most ``fan_in`` open at once.
 
-    Beyond the fan-in, groups are merged into temporary run files first (multi-pass), so that
-    memory stays O(chunk x fan_in) whatever the number of inputs.
+    Beyond the fan-in, groups are merged into temporary run files first, so that memory stays
+    O(chunk x fan_in) whatever the number of inputs. The groups are those of a Huffman tree in
+    which every input weighs one: the first run merges just enough inputs that every later
+    merge is full, and each merge takes the lightest ``fan_in`` streams left (inputs before
+    runs, earlier before later), so most records are spilled once and few twice (a merge is
+    the same whatever its grouping: only the data orders records).
     """
     if fan_in < 2:
         raise ValueError("fan_in must be at least 2")
@@ -228,14 +232,16 @@ def merge_bounded(
         return
     with tempfile.TemporaryDirectory(prefix="prvstream-merge-", dir=tmpdir) as scratch:
         directory = Path(scratch)
-        level: list[Stream] = list(streams)
-        passes = 0
-        while len(level) > fan_in:
-            passes += 1
-            runs: list[Stream] = []
-            for start in range(0, len(level), fan_in):
-                group = level[start : start + fan_in]
-                runs.append(_read_run(_write_run(merge(group), directory)))
-            log.debug("merge_pass", inputs=len(level), runs=len(runs), pass_no=passes)
-            level = runs
-        yield from merge(level)
+        #: (inputs it holds, sequence number, stream): a heap, lightest and earliest first
+        queue: list[tuple[int, int, Stream]] = [(1, i, s) for i, s in enumerate(streams)]
+        size = (len(queue) - 1) % (fan_in - 1) + 1
+        size = fan_in if size == 1 else size
+        runs = 0
+        while len(queue) > fan_in:
+            group = [heapq.heappop(queue) for _ in range(size)]
+            run = _read_run(_write_run(merge([s for _, _, s in group]), directory))
+            heapq.heappush(queue, (sum(w for w, _, _ in group), len(streams) + runs, run))
+            runs += 1
+            size = fan_in
+        log.debug("merge_runs", inputs=len(streams), runs=runs, fan_in=fan_in)
+        yield from merge([s for _, _, s in sorted(queue, key=lambda item: item[1])])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -12,6 +15,7 @@ from prvstream.daemon.stream.merge import (
     PRIO_BEGIN,
     PRIO_END,
     RecordBatch,
+    Stream,
     make_keys,
     merge,
     merge_bounded,
@@ -155,3 +159,42 @@ def test_sort_batch_equals_sorting_the_key_tuples(rows: list[tuple[int, ...]]) -
     out = sort_batch(RecordBatch(keys, fields, np.full(len(rows), _TMPL, dtype=np.int16)))
     expected = sorted(range(len(rows)), key=lambda i: (rows[i], i))
     assert out.fields[:, 0].tolist() == expected
+
+
+def test_runs_spill_the_fewest_records_with_at_most_fan_in_streams_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """17 streams with a fan-in of 16: one run of the first two, then one merge of the run and
+    the other 15 (every other stream's records are never spilled); 400 and 16: most records
+    are spilled once, none more than twice, and no more than 16 streams are ever open."""
+    spilled: list[int] = []
+    write = merge_module._write_run
+
+    def counting(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
+        def count() -> Iterator[tuple[RecordBatch, int]]:
+            for batch, mark in batches:
+                spilled.append(len(batch))
+                yield batch, mark
+        return write(count(), directory)
+
+    monkeypatch.setattr(merge_module, "_write_run", counting)
+    open_now = [0]
+    most = [0]
+
+    def tracked(index: int) -> Stream:
+        open_now[0] += 1
+        most[0] = max(most[0], open_now[0])
+        try:
+            yield from _stream(index, [(index * 3 + k, 2) for k in range(5)], 2, [])
+        finally:
+            open_now[0] -= 1
+
+    for n, fan_in, most_spilled in ((17, 16, 2 * 10), (400, 16, 2 * 4000)):
+        spilled.clear()
+        most[0] = 0
+        whole = _drain(merge([_stream(i, [(i * 3 + k, 2) for k in range(5)], 2, [])
+                              for i in range(n)]))
+        bounded = _drain(merge_bounded([tracked(i) for i in range(n)], fan_in))
+        assert whole[1] == bounded[1]
+        assert most[0] <= fan_in
+        assert 0 < sum(spilled) <= most_spilled
+    assert sum(spilled) < 2 * 4000 * 0.75  # not every record twice, as level by level did

@@ -38,6 +38,7 @@ __all__ = [
     "KEY_OBJECT",
     "KEY_ORDER",
     "KEY_TIME",
+    "MAX_BATCH",
     "PRIO_BEGIN",
     "PRIO_END",
     "PRIO_END_AFTER_BEGIN",
@@ -47,6 +48,7 @@ __all__ = [
     "make_keys",
     "merge",
     "merge_bounded",
+    "merge_whole",
     "sort_batch",
     "sort_order",
 ]
@@ -137,6 +139,27 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
             continue
         pool = rest
         yield from _pieces(_gather(ready), min(horizon, _DONE), max_batch)
+
+
+def merge_whole(streams: list[Stream]) -> Iterator[tuple[RecordBatch, int]]:
+    """``merge(streams)`` for streams small enough to hold whole: they are pulled in the order
+    ``merge`` pulls them (lowest watermark first, ties in input order), so whatever they do as
+    they are pulled happens in the same order, and their records are sorted once instead of at
+    every pull (a merge's output depends only on the records)."""
+    heap: list[tuple[int, int, Stream]] = [(int(np.iinfo(np.int64).min), i, s)
+                                           for i, s in enumerate(streams)]
+    batches: list[RecordBatch] = []
+    while heap:
+        _, index, stream = heapq.heappop(heap)
+        try:
+            batch, watermark = next(stream)
+        except StopIteration:
+            continue
+        batches.append(batch)
+        heapq.heappush(heap, (watermark, index, stream))
+    merged = sort_batch(RecordBatch.concat(batches))
+    if len(merged):
+        yield from _pieces(merged, int(_DONE), MAX_BATCH)
 
 
 def _gather(parts: list[tuple[RecordBatch, np.ndarray]]) -> RecordBatch:

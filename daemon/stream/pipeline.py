@@ -34,7 +34,7 @@ from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
 from prvstream.daemon.nsys.sources import ChunkSource, open_source
 from prvstream.daemon.stream.claims import Claim, relative_spans
-from prvstream.daemon.stream.merge import Stream, merge
+from prvstream.daemon.stream.merge import Stream, merge, merge_whole
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.ranks import RankedTask, rank_from_name
 from prvstream.sinks.base import (
@@ -441,11 +441,16 @@ def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],
 
 def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chunk_rows: int,
                   sink: SinkProtocol | None, counts: Counter[str],
-                  records: Counter[str] | None = None) -> Stream:
+                  records: Counter[str] | None = None, *, whole_rows: int = 0) -> Stream:
     """The report's records in time order, with the sink fed along the way; ``counts``
     gathers rows read per kind, ``records`` the records written per kind. The report is
     opened for it; the stream takes its chunk source over and frees it when it ends (the
-    connection stays until the report is closed)."""
+    connection stays until the report is closed).
+
+    A report planned to hold at most ``whole_rows`` rows (0: none) is read whole and sorted
+    once (``merge.merge_whole``) instead of merged chunk by chunk: the same records, and the
+    sink fed the same rows in the same order, in one release instead of one per batch.
+    """
     per_kind: Counter[str] = Counter() if records is None else records
     router = ActivityRouter(sink)
     if sink is not None:
@@ -456,9 +461,12 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     try:  # every kind's stream starts now (reader queries already run: it sorts meanwhile)
         streams = [_kind_stream(ctx, kind, source.chunks(kind), router, counts, per_kind)
                    for kind in rep.kinds]
-        for batch, watermark in merge(streams):
-            router.release(watermark)
-            yield batch, watermark
+        if 0 < sum(rep.plan.counts.values()) <= whole_rows:
+            yield from merge_whole(streams)
+        else:
+            for batch, watermark in merge(streams):
+                router.release(watermark)
+                yield batch, watermark
     finally:
         source.close()
     router.release(None)

@@ -167,7 +167,7 @@ def write_trace(
         target = sink_for(rep) if sink_for is not None else sink
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
-                                     result.kind_records)
+                                     result.kind_records, whole_rows=settings.chunk_rows)
             note_hostile(result.hostile, rep.path.name, ctx.hostile)
         finally:
             rep.close()

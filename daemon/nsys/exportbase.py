@@ -5,6 +5,7 @@ read), the probed tables and columns, and small tables read once per export.
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -24,8 +25,10 @@ _E = TypeVar("_E", bound="ExportBase")
 
 #: table definitions (name, CREATE sql) -> columns of every table: exports of one nsys
 #: version share them, so the PRAGMA per table runs once per version and process
-_SCHEMAS: dict[tuple[tuple[object, ...], ...], dict[str, list[str]]] = {}
+_SCHEMAS: dict[tuple[tuple[object, ...], ...], tuple[int, dict[str, list[str]]]] = {}
 _SCHEMAS_KEPT = 16
+#: numbers the distinct schemas this process has seen (``ExportBase.schema_key``)
+_SCHEMA_KEYS = itertools.count()
 
 
 def memoized(method: Callable[[_E], _T]) -> Callable[[_E], _T]:
@@ -51,6 +54,9 @@ class ExportBase:
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
         self._con = con
         self.path = path
+        #: the same number for exports whose tables are defined alike (what is built from
+        #: the schema alone, such as a kind's SELECT, may be kept under it)
+        self.schema_key = -1
         self.tables: dict[str, list[str]] = self._probe_tables()
         #: small tables read once (processes, thread and domain names, ...)
         self._memo: dict[str, Any] = {}
@@ -97,12 +103,13 @@ class ExportBase:
             "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"))
         cached = _SCHEMAS.get(found)
         if cached is None:
-            cached = {str(n): [str(r[1]) for r in self._con.execute(
-                f"PRAGMA table_info({quote_identifier(str(n))})")] for n, _ in found}
+            cached = (next(_SCHEMA_KEYS), {str(n): [str(r[1]) for r in self._con.execute(
+                f"PRAGMA table_info({quote_identifier(str(n))})")] for n, _ in found})
             if len(_SCHEMAS) >= _SCHEMAS_KEPT:
                 _SCHEMAS.pop(next(iter(_SCHEMAS)))
             _SCHEMAS[found] = cached
-        return {n: list(cols) for n, cols in cached.items()}
+        self.schema_key = cached[0]
+        return {n: list(cols) for n, cols in cached[1].items()}
 
     def has(self, table: str, column: str | None = None) -> bool:
         """Whether ``table`` (and ``column`` in it) exists."""

@@ -68,7 +68,7 @@ class ReaderSource:
         self._started: dict[str, Iterator[np.ndarray]] = {}
         for kind in kinds:
             spec = registry.get(kind)
-            sql = spec.select_sql(export)
+            sql = tables.select_sql(export, kind)
             self._started[kind] = iter(()) if sql is None else lease.stream(
                 sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
                 tables.scan_plan(export, kind) if presort else None)

@@ -68,23 +68,40 @@ GROUPS: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
 LAYOUTS: Final[dict[str, Layout]] = {k: fetch_layout(s.dtype) for k, s in registry.KINDS.items()}
 
 
+#: (schema key, kind) -> (ordered SELECT, storage-order scan, its table): built from the
+#: schema alone, so exports of one nsys version share them
+_STATEMENTS: dict[tuple[int, str], tuple[str | None, tuple[str, str, str, str] | None, str]] = {}
+_STATEMENTS_KEPT = 512
+
+
+def _statements(export: Export, kind: str
+                ) -> tuple[str | None, tuple[str, str, str, str] | None, str]:
+    key = (export.schema_key, kind)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        spec = registry.get(kind)
+        sources = spec.sources(export) if spec.select is None else []
+        plan = None
+        if len(sources) == 1:
+            src = sources[0]
+            plan = (spec.select_source(export, src), quote_identifier(src.table),
+                    quote_identifier(src.start), src.where)
+        found = (spec.select_sql(export), plan, sources[0].table if plan is not None else "")
+        if len(_STATEMENTS) >= _STATEMENTS_KEPT:
+            _STATEMENTS.clear()
+        _STATEMENTS[key] = found
+    return found
+
+
 def scan_plan(export: Export, kind: str) -> tuple[str, str, str, str] | None:
     """(SELECT in storage order, table, start column, condition) of a kind read from one
     table, for a rowid-order scan with a reorder buffer; None for other kinds."""
-    spec = registry.get(kind)
-    if spec.select is not None:
-        return None
-    sources = spec.sources(export)
-    if len(sources) != 1:
-        return None
-    src = sources[0]
-    return (spec.select_source(export, src), quote_identifier(src.table),
-            quote_identifier(src.start), src.where)
+    return _statements(export, kind)[1]
 
 
 def select_sql(export: Export, kind: str) -> str | None:
     """The ordered SELECT behind ``stream(export, kind)``, or None if no table feeds it."""
-    return registry.get(kind).select_sql(export)
+    return _statements(export, kind)[0]
 
 
 def available_kinds(export: Export) -> list[str]:
@@ -105,14 +122,14 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
     spec = registry.get(kind)
-    sql = spec.select_sql(export)
+    sql = select_sql(export, kind)
     if sql is None:
         return
     dtype, layout = spec.dtype, LAYOUTS[kind]
     window = 0
     plan = scan_plan(export, kind) if presort else None
     if plan is not None:
-        known = export.known_rows(spec.sources(export)[0].table, plan[3])
+        known = export.known_rows(_statements(export, kind)[2], plan[3])
         try:  # a table planned to fit in one chunk is held whole: no bounds to read
             window = chunk_rows if known is not None and 0 < known <= chunk_rows else \
                 reorder_window(export.connection, plan[1], plan[2], plan[3])

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export, open_export
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks.errors import NotAnExport
 from tests.conftest import make_db, osrt_export_with_wrecked_pages, real_export_params
 
@@ -211,3 +213,21 @@ def test_any_chunk_size_gives_the_same_rows(rows: list[tuple[int, int, int, int 
                      parts["stream"].tolist(), parts["copy_kind"].tolist(), strict=True))
     assert got == want
     assert set(parts["corr"].tolist()) == {-1}
+
+
+def test_statements_are_built_once_per_schema(tmp_path: Path) -> None:
+    """Exports of one nsys version share a kind's statements (built from the schema alone);
+    another version's exports get their own, each what the kind builds for it."""
+    paths = [*write_job(tmp_path / "a", SynthSpec(ranks=2, steps=1, nsys_version="2022.2")),
+             *write_job(tmp_path / "b", SynthSpec(ranks=1, steps=1, nsys_version="2026.2"))]
+    exports = [open_export(p) for p in paths]
+    try:
+        a1, a2, b = exports
+        assert a1.schema_key == a2.schema_key != b.schema_key
+        for export in exports:
+            for kind in registry.ALL_KINDS:
+                assert tables.select_sql(export, kind) == registry.get(kind).select_sql(export)
+        assert tables.select_sql(a1, "kernel") is tables.select_sql(a2, "kernel")
+    finally:
+        for export in exports:
+            export.close()

@@ -13,6 +13,7 @@ __all__ = [
     "NotAnExport",
     "OutputConflict",
     "OutputLocked",
+    "OverlappingStates",
     "PrvstreamError",
     "StateDirUnusable",
     "UnsupportedSchema",
@@ -60,3 +61,8 @@ class StateDirUnusable(PrvstreamError):
     """The daemon's own state directory (journals) cannot be written: it cannot go on."""
 
     exit_status = 3
+
+
+class OverlappingStates(PrvstreamError, ValueError):
+    """Partial efficiency states of overlapping capture ranges of one process: merging them
+    would count the time both hold twice (the message names the process)."""

@@ -25,6 +25,7 @@ from prvstream.sinks.efficiency.parts import (
     Sweep,
 )
 from prvstream.sinks.efficiency.phases import PhaseInstances, phase_label
+from prvstream.sinks.efficiency.repeats import close_streams, repeated
 from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
@@ -138,7 +139,10 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
                 log.warning("device_overlaps_earlier_report", job=self.job, host=dev.host,
                             device=dev.device, report=info.report_id)
             sweeps[gid] = Sweep(lo=start, idle_since=start)
-        self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end)
+        self._report = Report(info, origin, local, processes, sweeps, -(2**62), start, end,
+                              pids=np.array([processes[d.process][1]
+                                             if 0 <= d.process < len(processes) else 0
+                                             for d in info.devices], np.int64))
         self._host.begin(info, origin)
 
     def _add_device(self, dev: Device) -> int:
@@ -166,6 +170,9 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
                              "(see the Sink protocol in prvstream.sinks.base)")
         keep = e > s
         rep.frontier = int(s[-1])
+        again = repeated(self._devices, rep, batch["device"], batch["stream"], s)
+        if again is not None:  # overlapping capture ranges: counted with the earlier report
+            keep &= ~again
         if not keep.all():
             s, e, batch = s[keep], e[keep], batch[keep]
         if len(s):
@@ -242,6 +249,7 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
                           final=True, report_end=rep.last)
         self._settle(rep, final=True)
         self._host.end()
+        close_streams(self._devices, rep)
         start, end = rep.first, rep.last
         for gid in rep.sweeps:
             self._devices[gid].spans.append((start, end))

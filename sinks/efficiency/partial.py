@@ -18,6 +18,7 @@ from prvstream.sinks.efficiency.host import HOST_WIDTH, HostProcess, restore_pro
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
 from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.efficiency.tables import Tables, merge_tables
+from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
@@ -74,6 +75,9 @@ class DeviceState(msgspec.Struct, kw_only=True):
     instances: dict[str, Rows] = msgspec.field(default_factory=dict)
     #: by phase name: totals over all its instances
     names: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    #: (pid, stream, first start, last start) of each report's activity on it, sorted
+    #: (``repeats``: a later overlapping capture of the process does not count it again)
+    streams: list[tuple[int, int, int, int]] = msgspec.field(default_factory=list)
 
 
 class ProcessState(msgspec.Struct, kw_only=True):
@@ -184,7 +188,8 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
         devices.append(DeviceState(
             host=d.host, device=d.device, rank=d.rank, pid=d.pid, proc_host=d.process[0],
             first=d.first, spans=sorted(d.spans), totals=d.totals.tolist(), windows=windows,
-            instances=instances, names=names))
+            instances=instances, names=names,
+            streams=sorted((k[0], k[1], a, b) for k, sp in d.streams.items() for a, b in sp)))
     procs: dict[tuple[str, int], dict[str, list[int]]] = {}
     for (proc, name), spans in m._occ_spans.items():
         procs.setdefault(proc, {})[name] = spans.tolist()
@@ -242,6 +247,8 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
                      [(s[0], s[1]) for s in ds.spans])
         dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
+        for pid, stream, a, b in ds.streams:
+            dev.streams.setdefault((pid, stream), []).append((a, b))
         m._add_device(dev)
         keys, values = _arrays(ds.windows)
         if len(keys):
@@ -315,6 +322,7 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         raise ValueError("cannot merge efficiency states with different window_ns, "
                          "gap_threshold_ns or nccl_as; convert every part with the same "
                          "settings")
+    _refuse_overlaps(a, b)
     maps: tuple[dict[tuple[str, int, str], np.ndarray], ...] = ({}, {})
     pa = {(p.host, p.pid): p for p in a.processes}
     pb = {(p.host, p.pid): p for p in b.processes}
@@ -361,7 +369,8 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
             totals=totals, windows=_table(np.concatenate(wk), np.concatenate(wv)),
             instances={n: _table(np.concatenate(k), np.concatenate(v))
                        for n, (k, v) in sorted(inst.items())},
-            names=dict(sorted(names_sum.items()))))
+            names=dict(sorted(names_sum.items())),
+            streams=sorted(t for _, d in parts for t in d.streams)))
     spans = [s for s in (a.span, b.span) if s is not None]
     lasts = [x for x in (a.last, b.last) if x is not None]
     return EfficiencyState(
@@ -374,6 +383,35 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         phase_tables={n: merge_tables(a.phase_tables.get(n, {}), b.phase_tables.get(n, {}))
                       for n in sorted(a.phase_tables.keys() | b.phase_tables.keys())},
         hosts=_merge_hosts([(0, h) for h in a.hosts] + [(1, h) for h in b.hosts], maps))
+
+
+def _refuse_overlaps(a: EfficiencyState, b: EfficiencyState) -> None:
+    """Overlapping capture ranges of one process on both sides cannot merge exactly: the
+    single pass yields the later report's host time and repeated GPU activity to the earlier
+    one (``host``, ``repeats``), and a state keeps totals, not the calls and rows needed to
+    find what the two sides hold twice. Refused (in every grouping alike) instead of
+    counting that time twice."""
+    threads: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
+    for h in a.hosts:
+        for t, s, e in h.threads:
+            threads.setdefault((h.host, h.pid, t), []).append((s, e))
+    clash = next((f"{h.host}:{h.pid} thread {t}" for h in b.hosts for t, s, e in h.threads
+                  if any(s < e2 and s2 < e for s2, e2 in threads.get((h.host, h.pid, t), []))),
+                 None)
+    if clash is None:
+        runs: dict[tuple[str, int, int, int], list[tuple[int, int]]] = {}
+        for d in a.devices:
+            for pid, st, s, e in d.streams:
+                runs.setdefault((d.host, d.device, pid, st), []).append((s, e))
+        clash = next((f"{d.host}:{pid} GPU {d.device} stream {st}" for d in b.devices
+                      for pid, st, s, e in d.streams
+                      if any(s <= e2 and s2 <= e
+                             for s2, e2 in runs.get((d.host, d.device, pid, st), []))), None)
+    if clash is not None:
+        raise OverlappingStates(
+            f"cannot merge efficiency states whose reports overlap in time on {clash} "
+            "(overlapping capture ranges of one process): feed those reports to one model "
+            "(convert them together); its state then merges with any other")
 
 
 def _add_rows(into: dict[int, list[int]], rows: Rows, remap: np.ndarray | None = None) -> None:

@@ -99,6 +99,9 @@ class Device:
     names: np.ndarray = field(default_factory=rows)
     #: totals per phase instance id (closed instances packed)
     instances: RowStore = field(default_factory=lambda: RowStore(WIDTH))
+    #: (pid, stream) -> the (first, last) activity starts of each report fed so far: a later
+    #: report's activity starting inside one was captured by it already (``repeats``)
+    streams: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,6 +148,13 @@ class Report:
     pending_rows: int = 0
     #: phase names as the model groups them (``ProfilerStep#12`` -> ``ProfilerStep``)
     labels: list[str] = field(default_factory=list)
+    #: local device index -> pid of its process; (global device, pid, stream) -> the
+    #: report's [first, last] activity start there
+    pids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    streams: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+    #: global devices where the report repeats an earlier report's activity: its idle gaps
+    #: there count only outside the earlier reports' spans
+    repeats: set[int] = field(default_factory=set)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from prvstream.sinks.efficiency.parts import (
     grow,
     segments,
 )
+from prvstream.sinks.efficiency.repeats import outside_earlier
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["MAX_WINDOWS", "DeviceSweep"]
@@ -195,6 +196,7 @@ class DeviceSweep:
 
     def _add_gaps(self, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray) -> None:
         """Count the idle stretches [g0, g1) longer than the threshold in every view."""
+        g0, g1 = outside_earlier(self._devices[gid], rep, gid, g0, g1)
         long_ = (g1 - g0) > self.gap_threshold_ns
         if not long_.any():
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +25,7 @@ from prvstream.sinks.efficiency.partial import (
     merge,
     merge_all,
 )
+from prvstream.sinks.errors import OverlappingStates
 from tests.sinks.test_efficiency import C, M, N, S, acts, phases, report
 
 Report = tuple[ReportInfo, np.ndarray, np.ndarray, np.ndarray]
@@ -184,3 +186,39 @@ def test_merge_refuses_different_settings() -> None:
     with pytest.raises(ValueError, match="same settings"):
         merge(a, b)
     assert merge_all([a]) is a
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=sliced_jobs(), data=st.data())
+def test_a_repeated_capture_of_one_process_counts_once_and_its_states_never_merge(  # type: ignore[no-untyped-def]
+        job, data) -> None:
+    """A report captured again (an overlapping capture range of the same process, holding
+    the same calls and GPU rows): one model counts its device and host time once; states
+    that hold one copy each refuse to merge, in every grouping, instead of counting it
+    twice (``partial._refuse_overlaps``)."""
+    i = data.draw(st.integers(0, len(job) - 1))
+    info, a, ph, host = job[i]
+    twin = (msgspec.structs.replace(info, report_id=info.report_id + ".again"), a, ph, host)
+    twice = sorted([*job, twin], key=lambda r: (r[0].origin_wall_ns + r[0].start_ns,
+                                                 r[0].report_id))
+    once, both = _single(job, 10).state(), _single(twice, 10).state()
+
+    def measures(rows):  # type: ignore[no-untyped-def]
+        return [(d.host, d.device, d.useful_ns, d.comm_ns, d.idle_ns, d.overlap_ns,
+                 d.captured_ns) for d in rows]
+
+    assert measures(both.devices) == measures(once.devices)
+    assert both.metrics == once.metrics
+    assert both.host_metrics == once.host_metrics
+    if not len(a[a["end"] > a["start"]]) and not len(host):
+        return  # nothing of it shows in a state: nothing to count twice
+    groups = data.draw(st.lists(st.integers(0, 2), min_size=len(twice), max_size=len(twice)))
+    at = twice.index(twin)
+    groups[at] = 3  # the twin and its original on different sides
+    groups[next(j for j, r in enumerate(twice) if r is job[i])] = 4
+    parts = [_single([r for r, g in zip(twice, groups, strict=True) if g == k], 10).partial()
+             for k in sorted(set(groups))]
+    order = data.draw(st.permutations(range(len(parts))))
+    cuts = data.draw(st.lists(st.integers(0, 10), max_size=4))
+    with pytest.raises(OverlappingStates, match="overlap in time"):
+        _tree([parts[k] for k in order], cuts)

@@ -29,5 +29,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if progress is not None:
             progress.close()
     sys.stdout.write(f"prvstream: finalized {trace.prv} "
-                     f"({len(trace.journal.state.reports)} report(s))\n")
+                     f"({len(trace.journal.reports)} report(s))\n")
     return 0

@@ -93,7 +93,8 @@ def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
             # overlapping capture ranges: yield to the committed reports that come first
             earlier = trace.blocks.earlier(rep.sort_key, host_claims(rep))
             ctx, info = report_context(rep, trace.numbering, state.origin_wall_ns,
-                                       len(state.reports), trace.settings.phase_pattern,
+                                       len(trace.journal.reports),
+                                       trace.settings.phase_pattern,
                                        trace.settings.rank_pattern, earlier)
             trace._block_hostile = {}
             for batch, _ in report_stream(rep, ctx, info, trace.settings.chunk_rows,
@@ -106,7 +107,7 @@ def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
                 trace._check_order(spans, checked)
                 writer.write(batch)
                 if codes is not None:
-                    codes.write(codes_of(batch.keys, len(state.reports)))
+                    codes.write(codes_of(batch.keys, len(trace.journal.reports)))
                 track_thread_last(batch.keys, block_threads, spans)
             hostile: dict[str, dict[str, int]] = {}
             note_hostile(hostile, rep.path.name, ctx.hostile)

@@ -17,6 +17,7 @@ import numpy as np
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.blockmerge import ExtraReport, merge_blocks
 from prvstream.daemon.live.blockstore import BLOCK_FORMAT, CodesWriter, ReportMeta
+from prvstream.daemon.live.reportlog import ReportEntry
 from prvstream.daemon.stream.blockcodes import codes_of
 from prvstream.daemon.stream.merge import Stream
 from prvstream.daemon.stream.numbering import Numbering
@@ -47,7 +48,7 @@ def keep_committed(trace: LiveTrace) -> None:
     """Hard-link the committed ``.prv`` before a rewrite is renamed over it."""
     backup = _backup(trace)
     backup.unlink(missing_ok=True)
-    if trace.journal.state.reports and trace.prv.exists():
+    if trace.journal.reports and trace.prv.exists():
         try:
             os.link(trace.prv, backup, follow_symlinks=False)
         except OSError as exc:  # then a crash before the commit rebuilds from the exports
@@ -106,9 +107,10 @@ class RewriteCodes:
         if state.block_format != BLOCK_FORMAT or not store.claims_known():
             state.block_format = BLOCK_FORMAT
             state.metas_length = 0
-            for entry, rep in zip(state.reports, self.reports, strict=False):
+            for entry, rep in zip(self.trace.journal.reports, self.reports, strict=False):
                 store.add_meta(ReportMeta.of_report(entry.name, rep))
-            log.info("block_codes_migrated", job=state.job_dir, reports=len(state.reports))
+            log.info("block_codes_migrated", job=state.job_dir,
+                     reports=len(self.trace.journal.reports))
         store.adopt(self.name, self.writer.records)
 
 
@@ -118,9 +120,13 @@ def finalize_from_blocks(trace: LiveTrace) -> ConvertResult:
     result = _merge(trace, None, None, trace.settings.header_capacity, trace.progress)
     # copies an older prvstream kept of the exports are not needed any more
     shutil.rmtree(trace.out.path / ".prvstream-kept", ignore_errors=True)
-    for entry in trace.journal.state.reports:
-        entry.kept = ""
+    if any(entry.kept for entry in trace.journal.reports):
+        trace.journal.reports.replace_all(_not_kept)
     return result
+
+
+def _not_kept(entry: ReportEntry) -> None:
+    entry.kept = ""
 
 
 def compact_from_blocks(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool | None,

@@ -79,7 +79,7 @@ def _blocks(store: BlockStore) -> list[tuple[int, int, int, int]]:
     """(first byte, end byte, first record, records) of every distinct committed block."""
     out: list[tuple[int, int, int, int]] = []
     records = 0
-    for entry in store.journal.state.reports:
+    for entry in store.journal.reports:
         if out and out[-1][0] == entry.block_start:
             out[-1] = (*out[-1][:3], out[-1][3] + entry.records)
         else:

@@ -187,7 +187,7 @@ class BlockStore:
     def start(self) -> None:
         """A job with nothing committed keeps codes from its first report on."""
         state = self.journal.state
-        if not state.reports and state.block_format != BLOCK_FORMAT:
+        if not self.journal.reports and state.block_format != BLOCK_FORMAT:
             state.block_format = BLOCK_FORMAT
         if state.block_format == BLOCK_FORMAT and not state.codes_name:
             state.codes_name = self.new_codes_name()
@@ -306,9 +306,9 @@ class BlockStore:
         except (struct.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise JournalCorrupt(f"{self.metas_path} is corrupt ({exc}); finalize cannot "
                                  "rebuild the trace's names: convert the reports instead") from exc
-        if len(out) != len(state.reports) or any(m.version > BLOCK_FORMAT for m in out):
+        if len(out) != len(self.journal.reports) or any(m.version > BLOCK_FORMAT for m in out):
             raise JournalCorrupt(
-                f"{self.metas_path} holds {len(out)} report metas for {len(state.reports)} "
+                f"{self.metas_path} holds {len(out)} report metas for {len(self.journal.reports)} "
                 "committed reports (or a newer format); convert the reports instead")
         return out
 

@@ -11,8 +11,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import msgspec
-
 from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.livetrace import LiveTrace
@@ -52,7 +50,7 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
     if max_seconds is None:
         max_seconds = max(GROUP_MAX_SECONDS, GROUP_COMMIT_FACTOR * trace.commit_seconds)
     state = trace.journal.state
-    snapshot = msgspec.json.encode(state)
+    snapshot = trace.journal.snapshot()
     trace._model_fed = False
     started = time.perf_counter()
     results: list[AppendResult] = []

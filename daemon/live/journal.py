@@ -1,5 +1,6 @@
 """Per-job durable state (which reports are in, at which byte offsets, the live numbering), and
-safe output paths: never through a symlink, never over a file prvstream did not create.
+safe output paths: never through a symlink, never over a file prvstream did not create. The
+report entries themselves are appended to a file beside the journal (``live.reportlog``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import IO, Literal
 
 import msgspec
 
+from prvstream.daemon.live.idslog import IdsLog
 from prvstream.daemon.live.inputs import ReportIdentity
+from prvstream.daemon.live.reportlog import ReportEntry, ReportLog, ThreadTime
 from prvstream.daemon.stream.numbering import NumberingState
-from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.sinks.errors import (
     JournalCorrupt,
     OutputConflict,
@@ -45,45 +47,14 @@ __all__ = [
 
 log = get_logger(__name__)
 
-#: bump when a field changes meaning (adding a field with a default needs no bump)
-JOURNAL_VERSION = 1
+#: bump when a field changes meaning (adding a field with a default needs no bump); 2: the
+#: report entries live in their own append-only file (``entries_name``), not in ``reports``
+JOURNAL_VERSION = 2
 #: lock file in an output directory: one writer per output directory, whatever --state says
 OUTPUT_LOCK = ".prvstream.lock"
 
 
 # ---------------------------------------------------------------------------------- structs
-
-
-class ThreadTime(msgspec.Struct, frozen=True, array_like=True):
-    """Last record time (ns, relative to the trace origin) of (task id, thread id)."""
-
-    task: int
-    thread: int
-    time: int
-
-
-class ReportEntry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One committed report: its block ``[block_start, block_end)`` in the .prv."""
-
-    identity: ReportIdentity
-    name: str
-    path: str
-    block_start: int
-    block_end: int
-    records: int
-    thread_last: list[ThreadTime] = msgspec.field(default_factory=list)
-    wall_start_ns: int = 0
-    wall_end_ns: int = 0
-    committed_ns: int = 0
-    #: what the report is whatever its name (``inputs.fingerprint``); "" in old journals
-    fingerprint: str = ""
-    #: a link or clone of the export an older prvstream kept (none is made any more: the
-    #: committed blocks are the source of truth); read only by a job without block codes
-    kept: str = ""
-    #: its processes with GPU work and their ranks when known (``pipeline.ranked_tasks``)
-    ranks: list[RankedTask] = msgspec.field(default_factory=list)
-    #: rows dropped or clamped as hostile, by ``"<kind> <what>"`` (``kinds.bounds``)
-    hostile: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class Duplicate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -117,8 +88,10 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: live trace origin (wall-clock ns) and the skew allowance (ns) it was derived with
     origin_wall_ns: int | None = None
     skew_allowance_ns: int = 0
+    #: the report entries of a version 1 journal (moved to the entries file when read)
     reports: list[ReportEntry] = msgspec.field(default_factory=list)
-    #: the live trace's published ids (``prvstream.daemon.stream.numbering.Numbering(state)``)
+    #: the live trace's published ids (``prvstream.daemon.stream.numbering.Numbering(state)``);
+    #: kept in the ids file (``ids_name``), written here only by journals before it
     numbering: NumberingState = msgspec.field(default_factory=NumberingState)
     header_capacity: int = 0
     prv_length: int = 0
@@ -142,10 +115,30 @@ class JournalState(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     codes_name: str = ""
     codes_records: int = 0
     metas_length: int = 0
+    #: the committed report entries (``live.reportlog``): their file beside the journal, its
+    #: committed bytes and the number of entries in them
+    entries_name: str = ""
+    entries_length: int = 0
+    entries_count: int = 0
+    #: running totals over the committed reports (``status.json`` without reading them):
+    #: records, and the hostile rows of each report that had any
+    records_total: int = 0
+    hostile: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    #: the numbering's deltas (``live.idslog``): their file beside the journal, its
+    #: committed bytes
+    ids_name: str = ""
+    ids_length: int = 0
 
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(JournalState)
+#: what the journal file holds in place of the numbering (kept in its ids file)
+_NO_IDS = NumberingState()
+
+
+def _header(state: JournalState) -> bytes:
+    """The journal file's bytes: the state without the numbering (in the ids file)."""
+    return _encoder.encode(msgspec.structs.replace(state, numbering=_NO_IDS))
 
 
 def _decode(raw: bytes) -> JournalState:
@@ -219,7 +212,32 @@ class JobJournal:
         self.path = Path(path)
         self.state = state
         self._lock_fd: int | None = None
+        #: every committed report's entry, in journal order (on disk, indexed in memory)
+        self.reports = ReportLog(self.path.parent, self.path.stem)
+        self.reports.load(state.entries_name, state.entries_length, state.entries_count)
+        if state.reports:
+            self._migrate_reports()
+        #: the numbering's deltas (a journal before them holds it inline: written whole at
+        #: the next commit)
+        self.ids = IdsLog(self.path.parent, self.path.stem)
+        if state.ids_name:
+            state.numbering = self.ids.load(state.ids_name, state.ids_length)
         self._reindex()
+
+    def _migrate_reports(self) -> None:
+        """A version 1 journal's entries moved to an entries file (adopted at the next
+        commit; until then the journal on disk still holds them)."""
+        state = self.state
+        if state.entries_name:
+            raise JournalCorrupt(f"journal {self.path} names an entries file and holds entries "
+                                 "too; move it aside and restart")
+        moved, state.reports = state.reports, []
+        for entry in moved:
+            self._tally(entry)
+            self.reports.append(entry)
+        self.reports.replace_all(lambda entry: None)
+        state.version = JOURNAL_VERSION
+        log.info("journal_entries_moved", journal=str(self.path), reports=len(moved))
 
     # -- life cycle ----------------------------------------------------------------------
     @classmethod
@@ -262,18 +280,27 @@ class JobJournal:
         return cls(path, state)
 
     def commit(self) -> None:
-        """Durably replace the journal file with the current state (atomic)."""
-        self.state.updated_ns = time.time_ns()
+        """Append the new report entries (fsynced), then durably replace the journal file,
+        which names how many of them are committed (atomic)."""
+        state = self.state
+        state.updated_ns = time.time_ns()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, _encoder.encode(self.state))
+            self.reports.write()
+            state.entries_name, state.entries_length = self.reports.name, self.reports.length
+            state.entries_count = len(self.reports)
+            self.ids.write(state.numbering)
+            state.ids_name, state.ids_length = self.ids.name, self.ids.length
+            atomic_write(self.path, _header(state))
         except OSError as exc:
             raise StateDirUnusable(
                 f"cannot write the journal {self.path} ({exc.strerror or exc}); free space "
                 f"or fix the permissions of {self.path.parent} (--state), then restart"
             ) from exc
-        log.debug("journal_committed", journal=str(self.path), reports=len(self.state.reports),
-                  prv_length=self.state.prv_length)
+        self.reports.drop_others()
+        self.ids.drop_others()
+        log.debug("journal_committed", journal=str(self.path), reports=state.entries_count,
+                  prv_length=state.prv_length)
 
     def lock(self) -> None:
         """Take an exclusive advisory lock on the job (one daemon per job); raise if held."""
@@ -291,17 +318,31 @@ class JobJournal:
             self._lock_fd = None
 
     # -- reports and quarantine ----------------------------------------------------------
-    def restore(self, state: JournalState) -> None:
-        """Go back to ``state`` (a copy taken earlier), e.g. after a failed append."""
+    def snapshot(self) -> bytes:
+        """The state to go back to with :meth:`restore` (its size does not grow with the
+        reports or ids committed: those are kept on disk)."""
+        return _header(self.state)
+
+    def restore(self, snapshot: bytes) -> None:
+        """Go back to a :meth:`snapshot` taken earlier (the reports and ids it counted), e.g.
+        after a failed append."""
+        state = _decoder.decode(snapshot)
         self.state = state
+        self.reports.keep_first(state.entries_name, state.entries_length, state.entries_count)
+        if state.ids_name:
+            state.numbering = self.ids.load(state.ids_name, state.ids_length)
+        else:  # never committed with an ids file: the journal file's own, if any
+            on_disk = _committed_numbering(self.path)
+            state.numbering = on_disk
+            self.ids = IdsLog(self.path.parent, self.path.stem)
         self._reindex()
 
     def has_report(self, identity: ReportIdentity) -> bool:
-        return identity in self._identities
+        return self.reports.has(identity)
 
     def report_with(self, fingerprint: str) -> ReportEntry | None:
         """The committed report with this content fingerprint, if any."""
-        return self._fingerprints.get(fingerprint) if fingerprint else None
+        return self.reports.with_fingerprint(fingerprint)
 
     def is_duplicate(self, path: str | os.PathLike[str], identity: ReportIdentity) -> bool:
         return (os.fspath(path), identity) in self._duplicates
@@ -319,10 +360,13 @@ class JobJournal:
         """Record a report whose block is durably in the .prv (then :meth:`commit`)."""
         if not entry.committed_ns:
             entry.committed_ns = time.time_ns()
-        self.state.reports.append(entry)
-        self._identities.add(entry.identity)
-        if entry.fingerprint:
-            self._fingerprints[entry.fingerprint] = entry
+        self.reports.append(entry)
+        self._tally(entry)
+
+    def _tally(self, entry: ReportEntry) -> None:
+        self.state.records_total += entry.records
+        if entry.hostile:
+            self.state.hostile[entry.name] = dict(entry.hostile)
 
     def is_quarantined(self, path: str | os.PathLike[str],
                        identity: ReportIdentity | None = None) -> bool:
@@ -346,10 +390,19 @@ class JobJournal:
             self.state.quarantined = [q for q in self.state.quarantined if q.path != key]
 
     def _reindex(self) -> None:
-        self._identities = {r.identity for r in self.state.reports}
-        self._fingerprints = {r.fingerprint: r for r in self.state.reports if r.fingerprint}
         self._duplicates = {(d.path, d.identity) for d in self.state.duplicates}
         self._quarantine = {q.path: q for q in self.state.quarantined}
+
+
+def _committed_numbering(path: Path) -> NumberingState:
+    """The numbering a journal file of before the ids file holds (empty when there is none)."""
+    try:
+        return _decode(path.read_bytes()).numbering
+    except FileNotFoundError:
+        return NumberingState()
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise JournalCorrupt(f"journal {path} cannot be read again ({exc}); move it aside "
+                             f"(mv {path} {path}.bad) and restart") from exc
 
 
 # ---------------------------------------------------------------------------------- outputs

@@ -17,8 +17,6 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
-
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live import (
     appendblock,
@@ -31,7 +29,7 @@ from prvstream.daemon.live import (
 from prvstream.daemon.live.blockstore import BlockStore, ReportMeta
 from prvstream.daemon.live.checkpoint import commit_with_checkpoint
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.journal import JobJournal, JournalState, OutputDir, ReportEntry
+from prvstream.daemon.live.journal import JobJournal, OutputDir, ReportEntry
 from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
 from prvstream.daemon.live.published import Published
 from prvstream.daemon.stream.numbering import Numbering
@@ -111,7 +109,7 @@ class LiveTrace:
         self._block_threads: dict[tuple[int, int], int] = {}
         #: the hostile rows of the report last written (``kinds.bounds``)
         self._block_hostile: dict[str, int] = {}
-        for entry in state.reports:
+        for entry in journal.reports:
             for tt in entry.thread_last:
                 key = (tt.task, tt.thread)
                 self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
@@ -193,7 +191,7 @@ class LiveTrace:
         On any failure the journal state of before is restored and the outputs are brought
         back to it exactly as crash recovery would, so a quarantined report leaves no trace.
         """
-        snapshot = msgspec.json.encode(self.journal.state)
+        snapshot = self.journal.snapshot()
         self._model_fed = False
         try:
             return self._append(path, identity)
@@ -202,16 +200,16 @@ class LiveTrace:
             raise
 
     def _roll_back(self, snapshot: bytes) -> None:
-        self.journal.restore(msgspec.json.decode(snapshot, type=JournalState))
+        self.journal.restore(snapshot)
         self.numbering = Numbering(self.journal.state.numbering)
         self.thread_last = {}
-        for entry in self.journal.state.reports:
+        for entry in self.journal.reports:
             for tt in entry.thread_last:
                 key = (tt.task, tt.thread)
                 self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
         self.recover(refeed=self._model_fed)
         log.info("append_rolled_back_to_journal", job=self.journal.state.job_dir,
-                 reports=len(self.journal.state.reports))
+                 reports=len(self.journal.reports))
 
     def _append(self, path: Path, identity: ReportIdentity) -> AppendResult:
         started = time.perf_counter()
@@ -318,7 +316,7 @@ class LiveTrace:
     def finalize(self) -> None:
         """Canonical rewrite: byte-identical to ``prvstream convert`` of the same reports."""
         state = self.journal.state
-        if not state.reports:
+        if not self.journal.reports:
             log.info("finalize_nothing", job=state.job_dir)
             return
         if self.blocks.complete and self.blocks.claims_known():
@@ -335,5 +333,5 @@ class LiveTrace:
         self._remember_prv()
         self._commit()
         self._publish_report()
-        log.info("job_finalized", job=state.job_dir, reports=len(state.reports),
+        log.info("job_finalized", job=state.job_dir, reports=len(self.journal.reports),
                  records=result.records, prv=str(self.prv))

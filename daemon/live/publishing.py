@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prvstream.daemon.live import blockfinal
+from prvstream.daemon.live.reportlog import ReportEntry
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import grow_header, header_capacity
@@ -48,9 +49,12 @@ def grow(trace: LiveTrace) -> None:
     grow_header(trace.prv, old_capacity, trace._header())
     shift = new_capacity - old_capacity
     state.prv_length += shift
-    for entry in state.reports:
+
+    def move(entry: ReportEntry) -> None:
         entry.block_start += shift
         entry.block_end += shift
+
+    trace.journal.reports.replace_all(move)
     # the block being appended is not in the journal yet: it moves too
     trace._last_block = (trace._last_block[0] + shift, trace._last_block[1] + shift)
 

@@ -33,13 +33,16 @@ def recover(trace: LiveTrace, *, refeed: bool = True) -> None:
     commit); otherwise it is rebuilt from the committed reports.
     """
     state = trace.journal.state
+    reports = trace.journal.reports
+    reports.drop_others()
+    trace.journal.ids.drop_others()
     trace.blocks.recover()
     blockfinal.restore_committed(trace)
-    if state.reports and (not trace.prv.exists() or
+    if reports and (not trace.prv.exists() or
                           trace.prv.stat().st_size < state.prv_length):
         log.warning("trace_missing_rebuilding", job=state.job_dir, prv=str(trace.prv))
         trace._rebuild(None, state.origin_wall_ns or 0)
-    elif state.reports and not trace._prv_is_committed():
+    elif reports and not trace._prv_is_committed():
         # a rewrite (compaction, header growth, finalize) was renamed into place but its
         # journal commit never happened: the bytes do not match the journal's offsets
         log.warning("trace_replaced_uncommitted_rebuilding", job=state.job_dir,
@@ -55,18 +58,18 @@ def recover(trace: LiveTrace, *, refeed: bool = True) -> None:
             trace._publish_header()
         else:
             trace.prv.unlink()
-    if state.reports:
+    if reports:
         trace._publish_metadata(force=True)
     writer = SummaryWriter(trace.summary_jsonl)
     if writer.length > state.summary_length:
         writer.truncate_to(state.summary_length)
     if refeed:
         trace._restore_model()
-    if state.reports:
+    if reports:
         trace.out.replace(trace.summary_json.name, encode_record(trace.model.state()))
     trace._remember_prv()
-    if state.reports or state.prv_length:  # a brand-new job has nothing to recover
-        log.info("job_recovered", job=state.job_dir, reports=len(state.reports),
+    if reports or state.prv_length:  # a brand-new job has nothing to recover
+        log.info("job_recovered", job=state.job_dir, reports=len(reports),
                  prv_length=state.prv_length)
 
 
@@ -102,10 +105,10 @@ def refeed_model(trace: LiveTrace) -> None:
     """Rebuild the efficiency model from the committed reports (their sources)."""
     trace.model = trace._new_model()
     state = trace.journal.state
-    if not state.reports or state.origin_wall_ns is None:
+    if not trace.journal.reports or state.origin_wall_ns is None:
         return
     scratch = Numbering(_copy_numbering(state.numbering))
-    for index, entry in enumerate(state.reports):
+    for index, entry in enumerate(trace.journal.reports):
         try:
             rep = trace._prepare(trace._committed_source(entry))
         except (PrvstreamError, OSError) as exc:

@@ -127,7 +127,7 @@ class RemoteAppender:
         with self._lock:
             state = self.trace.journal.state
             base = msgspec.json.encode(state.numbering)
-            index = len(state.reports)
+            index = len(self.trace.journal.reports)
             origin = state.origin_wall_ns
             for entry in self._pending.values():
                 if entry.facts is None:
@@ -191,7 +191,7 @@ class RemoteAppender:
                 self._discard(done)
                 raise AppendInterrupted(path.name)
             state = self.trace.journal.state
-            now = (_digest(msgspec.json.encode(state.numbering)), len(state.reports),
+            now = (_digest(msgspec.json.encode(state.numbering)), len(self.trace.journal.reports),
                    state.origin_wall_ns if state.origin_wall_ns is not None else
                    facts.wall_start - state.skew_allowance_ns)
             if given != now:  # made from a state that did not come to be: convert again

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prvstream.daemon.live import blockfinal
+from prvstream.daemon.live.reportlog import ReportEntry
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import PreparedReport
 from prvstream.daemon.stream.spool import ReportSpool
@@ -41,7 +42,7 @@ def rewrite(trace: LiveTrace, numbering: Numbering | None, origin: int | None,
     is the caller's. ``numbering=None`` renumbers canonically (finalize)."""
     state = trace.journal.state
     if extra is not None and numbering is not None and origin is not None and \
-            trace.blocks.complete and state.reports:  # compaction: no export re-read
+            trace.blocks.complete and trace.journal.reports:  # compaction: no export re-read
         return blockfinal.compact_from_blocks(trace, extra, spool, origin)
     reports: list[PreparedReport] = []
     thread_last: dict[tuple[int, int], int] = {}
@@ -57,7 +58,7 @@ def rewrite(trace: LiveTrace, numbering: Numbering | None, origin: int | None,
         else:
             return trace._adopt_rewrite(tmp_out, numbering, result, thread_last)
     try:
-        for entry in state.reports:
+        for entry in trace.journal.reports:
             try:
                 reports.append(trace._prepare(trace._committed_source(entry)))
                 reports[-1].arrived_as = entry.name
@@ -96,7 +97,7 @@ def rewrite_on_dask(trace: LiveTrace, tmp_out: Path, thread_last: dict[tuple[int
     from prvstream.daemon.scale.cluster import get_client
     from prvstream.daemon.scale.convert import write_canonical
 
-    paths = [trace._committed_source(entry) for entry in trace.journal.state.reports]
+    paths = [trace._committed_source(entry) for entry in trace.journal.reports]
     result, failed = write_canonical(get_client(trace.settings.dask), paths, tmp_out,
                                      trace.settings, thread_last=thread_last,
                                      progress=trace.progress)
@@ -130,8 +131,12 @@ def adopt_rewrite(trace: LiveTrace, tmp_out: Path, numbering: Numbering | None,
     state.header_capacity = header_len
     state.prv_length = trace.prv.stat().st_size
     state.end_time = result.end_time
-    for entry in state.reports:
-        entry.block_start, entry.block_end = header_len, state.prv_length
+    length = state.prv_length
+
+    def whole(entry: ReportEntry) -> None:
+        entry.block_start, entry.block_end = header_len, length
+
+    trace.journal.reports.replace_all(whole)
     trace.thread_last = dict(thread_last)
     trace._block_threads = dict(thread_last)
     trace._last_block = (header_len, state.prv_length)
@@ -141,7 +146,7 @@ def adopt_rewrite(trace: LiveTrace, tmp_out: Path, numbering: Numbering | None,
 def rebuild(trace: LiveTrace, extra: PreparedReport | None, origin: int,
             spool: ReportSpool | None = None) -> tuple[Counter[str], int]:
     """Rewrite the live trace keeping every published id; the origin may move earlier."""
-    before = sum(r.records for r in trace.journal.state.reports)
+    before = trace.journal.state.records_total
     result = trace._rewrite(trace.numbering, origin, extra, spool)
     trace._block_hostile = result.hostile.get(extra.path.name, {}) if extra else {}
     trace._publish_metadata()

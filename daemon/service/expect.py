@@ -4,7 +4,7 @@ and which of them no committed report has yet (``status.json``'s ``missing_ranks
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from prvstream.daemon.config import Settings
@@ -13,7 +13,7 @@ from prvstream.daemon.nsys.locate import EXPECT_MARKER
 from prvstream.daemon.stream.ranks import RankedTask, assign_ranks, missing_ranks, rank_from_name
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["EXPECT_FILE", "expected_ranks", "rank_status"]
+__all__ = ["EXPECT_FILE", "RankTally", "expected_ranks", "rank_status"]
 
 log = get_logger(__name__)
 
@@ -55,11 +55,34 @@ def _tasks(reports: Iterable[ReportEntry], rank_pattern: str) -> list[RankedTask
     return out
 
 
-def rank_status(job_dir: Path, reports: list[ReportEntry], settings: Settings
-                ) -> tuple[int | None, list[int]]:
-    """(expected rank count or None, the missing rank numbers in increasing order)."""
+class RankTally:
+    """The committed reports' ranked processes, each report read once (not at every status)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[RankedTask] = []
+        self._seen = 0
+        self._last: ReportEntry | None = None
+
+    def update(self, reports: Sequence[ReportEntry], rank_pattern: str) -> list[RankedTask]:
+        """Every report's tasks; a log that lost reports (a rolled-back append) is read
+        again."""
+        if len(reports) < self._seen or (self._seen and reports[self._seen - 1] != self._last):
+            self.tasks, self._seen = [], 0
+        if len(reports) > self._seen:
+            fresh: Iterable[ReportEntry] = reports if not self._seen else [
+                reports[i] for i in range(self._seen, len(reports))]  # streamed when all
+            self.tasks.extend(_tasks(fresh, rank_pattern))
+            self._seen, self._last = len(reports), reports[-1]
+        return self.tasks
+
+
+def rank_status(job_dir: Path, reports: Sequence[ReportEntry], settings: Settings,
+                tally: RankTally | None = None) -> tuple[int | None, list[int]]:
+    """(expected rank count or None, the missing rank numbers in increasing order); the
+    reports are read only when ranks are expected (through ``tally``, once each)."""
     expected = expected_ranks(job_dir, settings)
     if expected <= 0:
         return None, []
-    ranks = assign_ranks(_tasks(reports, settings.rank_pattern)).values()
+    tasks = (tally or RankTally()).update(reports, settings.rank_pattern)
+    ranks = assign_ranks(tasks).values()
     return expected, missing_ranks(expected, ranks)

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
-import msgspec
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.live.group import GROUP_MAX_REPORTS, append_group
@@ -31,10 +30,11 @@ from prvstream.daemon.live.inputs import (
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace, output_dir_for
 from prvstream.daemon.live.outcomes import AppendInterrupted, AppendResult, DuplicateReport
-from prvstream.daemon.service.expect import rank_status
+from prvstream.daemon.service.expect import RankTally
 from prvstream.daemon.service.faults import Health, classify
 from prvstream.daemon.service.flow import JobFlow
 from prvstream.daemon.service.readiness import Ready
+from prvstream.daemon.service.status import JobStatus, StatusOf, write_status
 from prvstream.sinks.errors import JournalCorrupt, OutputLocked, StateDirUnusable
 from prvstream.sinks.logger import get_logger
 
@@ -44,43 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["Append", "Finalize", "Job", "JobStatus", "Refresh", "SetAside", "Shared"]
 
 log = get_logger(__name__)
-
-
-class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``status.json`` beside a job's outputs: what is in, what was set aside, its health."""
-
-    job: str
-    reports: int
-    records: int
-    finalized: bool
-    prv: str
-    quarantined: list[dict[str, str]] = msgspec.field(default_factory=list)
-    updated_ns: int = 0
-    #: ``ok``, or ``degraded`` (an output-side fault; retried at ``next_retry_ns``)
-    state: str = "ok"
-    reason: str = ""
-    next_retry_ns: int = 0
-    #: reports ready and waiting for the output side
-    pending: int = 0
-    #: seconds the oldest waiting report has been ready; reports and records landed per
-    #: minute / second over the last minute
-    lag_s: float = 0.0
-    reports_per_min: float = 0.0
-    records_per_s: float = 0.0
-    #: files holding a report already in the trace under another name (path, of)
-    duplicates: list[dict[str, str]] = msgspec.field(default_factory=list)
-    #: wall-clock ns of the trace's time 0: while live, the first report's session start minus
-    #: the skew allowance (a report earlier than that moves it); once finalized, the earliest
-    #: session start, as in Nsight Systems and nsys2prv (docs/mapping.md)
-    origin_ns: int = 0
-    #: ranks the job should have (``--expect``, ``expect_ranks``, ``prvstream.expect``; null:
-    #: no expectation) and those no report has yet: MPI ranks, else from the file name
-    #: (``rank_pattern``), else the free numbers in (host, pid) order
-    expected_ranks: int | None = None
-    missing_ranks: list[int] = msgspec.field(default_factory=list)
-    #: rows dropped or clamped as hostile (outside the session, end before start, no end
-    #: column), by report then ``"<kind> <what>"``; reports with none are absent
-    hostile: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -155,6 +118,8 @@ class Job:
     _alone: int = 0
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _logged: str = ""
+    #: the committed reports' ranks, for ``missing_ranks`` (read once each)
+    _ranks: RankTally = field(default_factory=RankTally)
 
     @property
     def out_dir(self) -> Path:
@@ -268,7 +233,7 @@ class Job:
             self._healthy()
         assert self.journal is not None
         log.info("job_opened", job=str(self.job_dir), out=str(self.out_dir),
-                 reports=len(self.journal.state.reports))
+                 reports=len(self.journal.reports))
         return True
 
     def _open(self) -> None:
@@ -474,7 +439,7 @@ class Job:
     async def _finalize(self, why: str) -> None:
         journal, trace = self.journal, self.trace
         assert journal is not None and trace is not None
-        if journal.state.finalized or not journal.state.reports or self.shared.stopping():
+        if journal.state.finalized or not journal.reports or self.shared.stopping():
             return
         log.info("job_finalizing", job=str(self.job_dir), reason=why)
         def work() -> None:
@@ -506,27 +471,7 @@ class Job:
 
     def _write_status(self, landed: int = 0) -> None:
         """Replace ``status.json`` (best effort: the next successful step writes it again)."""
-        journal, trace = self.journal, self.trace
-        if journal is None or trace is None:
-            return
-        state = journal.state
-        flow = self.flow.snapshot()
-        expected, missing = rank_status(self.job_dir, state.reports, self.shared.settings)
-        status = JobStatus(
-            job=str(self.job_dir), reports=len(state.reports),
-            records=sum(r.records for r in state.reports), finalized=state.finalized,
-            prv=str(trace.prv),
-            quarantined=[{"path": q.path, "reason": q.reason} for q in state.quarantined],
-            updated_ns=time.time_ns(), state=self.health.state, reason=self.health.reason,
-            next_retry_ns=self.health.next_retry_ns,
-            pending=sum(isinstance(i, Append) for i in list(self.backlog)) - landed,
-            lag_s=float(flow["lag_s"]), reports_per_min=float(flow["reports_per_min"]),
-            records_per_s=float(flow["records_per_s"]),
-            duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],
-            origin_ns=state.origin_wall_ns or 0, expected_ranks=expected,
-            missing_ranks=missing,
-            hostile={r.name: r.hostile for r in state.reports if r.hostile})
-        try:
-            trace.out.replace("status.json", msgspec.json.encode(status) + b"\n")
-        except OSError as exc:
-            log.debug("status_not_written", job=str(self.job_dir), error=str(exc))
+        if self.journal is not None and self.trace is not None:
+            pending = sum(isinstance(i, Append) for i in list(self.backlog)) - landed
+            write_status(self.journal, self.trace, self.job_dir, self.shared.settings,
+                         StatusOf(self.health, self.flow.snapshot(), pending), self._ranks)

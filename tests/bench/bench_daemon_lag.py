@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, base: Path) -> dict[str, float]:
             raise SystemExit(f"daemon exited {status}\n{daemon.tail()}")
     journal = load_journal(base / "state", job)
     assert journal is not None
-    commit_lag = [(r.committed_ns - renamed_ns[r.name]) / 1e9 for r in journal.state.reports]
+    commit_lag = [(r.committed_ns - renamed_ns[r.name]) / 1e9 for r in journal.reports]
     order = sorted(renamed_ns.values())
     status_lag = [(seen_ns[k] - order[k - 1]) / 1e9 for k in range(1, spec.ranks + 1)]
     return {

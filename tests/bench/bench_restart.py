@@ -64,7 +64,7 @@ def main() -> None:
         path = write_export(job / export_name(spec, rank), spec, rank)
         trace.append(path, report_identity(path))
     build_s = time.perf_counter() - started
-    records = sum(r.records for r in journal.state.reports)
+    records = sum(r.records for r in journal.reports)
     trace.close()
     journal.unlock()
     done = subprocess.run([sys.executable, "-c", _RECOVER, str(state), str(job)],

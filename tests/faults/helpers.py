@@ -33,7 +33,7 @@ def assert_landed(state: Path, job: Path, names: list[str]) -> None:
     its live trace is valid."""
     journal = load_journal(state, job)
     assert journal is not None, f"no journal for {job}"
-    got = sorted(r.name for r in journal.state.reports)
+    got = sorted(r.name for r in journal.reports)
     assert got == sorted(names), f"{job.name}: reports {got}, expected {sorted(names)}"
     assert journal.state.quarantined == [], journal.state.quarantined
     status = job_status(job)

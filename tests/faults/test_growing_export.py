@@ -91,7 +91,7 @@ def test_export_growing_while_read_lands_once_when_complete(
     assert_landed(tmp_path / "state", job, [first.name, growing.name])
     journal = load_journal(tmp_path / "state", job)
     assert journal is not None
-    entry = next(r for r in journal.state.reports if r.name == growing.name)
+    entry = next(r for r in journal.reports if r.name == growing.name)
     assert entry.identity.size == growing.stat().st_size, "committed before it was whole"
     assert len(daemon.named("report_appended", report=growing.name)) == 1
     (job / "prvstream.done").touch()

@@ -52,7 +52,7 @@ def _assert_final(daemon: DaemonProcess, state: Path, job: Path, sources: list[P
     assert final.begins(*KERNEL_TYPES) == ref.kernels, f"{what}: kernel events lost or doubled"
     journal = load_journal(state, job)
     assert journal is not None
-    assert sorted(r.name for r in journal.state.reports) == sorted(p.name for p in sources)
+    assert sorted(r.name for r in journal.reports) == sorted(p.name for p in sources)
     assert journal.state.quarantined == []
     got = outputs(job)
     assert_same(got, ref.uninterrupted, f"{what} vs uninterrupted run")

@@ -41,7 +41,7 @@ def _committed(state: Path, job: Path) -> tuple[int, int]:
     journal = load_journal(state, job)
     if journal is None:
         return 0, 0
-    return len(journal.state.reports), journal.state.prv_length
+    return len(journal.reports), journal.state.prv_length
 
 
 def _size(path: Path) -> int:
@@ -98,7 +98,7 @@ def test_kill9_during_group_commit(seed: int, tmp_path: Path, synth_sources: lis
             "kernel events lost or doubled"
         journal = load_journal(state, job)
         assert journal is not None
-        names = [r.name for r in journal.state.reports]
+        names = [r.name for r in journal.reports]
         assert sorted(names) == sorted(p.name for p in synth_sources), names
         assert journal.state.quarantined == []
         got = outputs(job)

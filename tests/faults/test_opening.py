@@ -45,7 +45,7 @@ def _only_real_ones_landed_then_stop(daemon: DaemonProcess, state: Path,
     for job, name in jobs:
         journal = load_journal(state, job)
         assert journal is not None
-        assert [r.name for r in journal.state.reports] == [name]
+        assert [r.name for r in journal.reports] == [name]
         validate(live_trace(job))
         if not journal.state.quarantined:  # the other job: nothing set aside either
             assert_landed(state, job, [name])

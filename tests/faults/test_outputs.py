@@ -95,7 +95,7 @@ def test_live_outputs_get_the_umask_mode_and_records_match_the_trace(tmp_path: P
             shutil.copy(by_name[name], target)
             trace.append(target, report_identity(target))
             lines = trace.prv.read_bytes().count(b"\n") - 1  # the header
-            assert sum(r.records for r in journal.state.reports) == lines
+            assert sum(r.records for r in journal.reports) == lines
         for path in (trace.prv, trace.pcf, trace.row, trace.summary_json):
             assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
         trace.finalize()

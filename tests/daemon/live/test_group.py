@@ -69,7 +69,7 @@ def test_group_gives_the_bytes_of_one_by_one_appends(tmp_path: Path,
     validate(group.prv)
     journal = JobJournal.load(group.journal.path)
     assert journal is not None
-    assert [r.name for r in journal.state.reports] == [p.name for p in sources]
+    assert [r.name for r in journal.reports] == [p.name for p in sources]
     assert journal.state.prv_length == group.prv.stat().st_size
     # the summaries hold the same state (the history has one update per commit)
     state_one, _ = load_summary(one.summary_json)
@@ -121,7 +121,7 @@ def test_a_file_rewritten_before_the_commit_rolls_the_group_back(
         append_group(trace, items[1:])  # type: ignore[arg-type]
     monkeypatch.undo()
     assert _files(job) | {"journal": trace.journal.path.read_bytes()} == before
-    assert len(trace.journal.state.reports) == 1
+    assert len(trace.journal.reports) == 1
     # read again as a new report, it lands (with the others)
     fresh = [(p, report_identity(p)) for p, _ in items[1:]]
     assert len(append_group(trace, fresh)) == len(sources) - 1  # type: ignore[arg-type]
@@ -146,7 +146,7 @@ def test_a_file_rewritten_during_a_single_append_is_not_committed(
         trace.append(second, second_id)  # type: ignore[arg-type]
     monkeypatch.undo()
     assert _files(job) | {"journal": trace.journal.path.read_bytes()} == before
-    assert [r.name for r in trace.journal.state.reports] == [first.name]
+    assert [r.name for r in trace.journal.reports] == [first.name]
     shutil.copy(sources[1], second)  # whole again: read anew, it lands
     trace.append(second, report_identity(second))
     validate(trace.prv)

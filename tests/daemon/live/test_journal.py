@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -73,7 +74,7 @@ def test_open_reuses_the_same_file(tmp_path: Path) -> None:
     j = _filled(tmp_path)
     j.commit()
     again = JobJournal.open(tmp_path / "state", tmp_path / "jobs" / "run 42")
-    assert again.path == j.path and again.state.reports == j.state.reports
+    assert again.path == j.path and list(again.reports) == list(j.reports)
 
 
 def test_journal_name_is_readable_and_unique(tmp_path: Path) -> None:
@@ -94,7 +95,9 @@ def test_commit_is_atomic(tmp_path: Path) -> None:
     j.commit()
     assert j.path.stat().st_ino != inode  # replaced, not rewritten in place
     assert j.path.read_bytes() != first
-    assert sorted(p.name for p in j.path.parent.iterdir()) == [j.path.name]
+    # the journal and the one file of report entries and of ids it names
+    assert sorted(p.name for p in j.path.parent.iterdir()) == sorted(
+        [j.path.name, j.state.entries_name, j.state.ids_name])
     loaded = JobJournal.load(j.path)
     assert loaded is not None and loaded.state.prv_length == 12345
 
@@ -214,3 +217,125 @@ def test_a_first_release_journal_with_extra_is_read(tmp_path: Path) -> None:
     journal = JobJournal.load(path)
     assert journal is not None
     assert (journal.state.end_time, journal.state.prv_inode) == (42, 7)
+
+
+def _entry(n: int, **extra: object) -> ReportEntry:
+    return ReportEntry(identity=ReportIdentity(1, 100 + n, 3, 4, f"{n:02x}" * 32),
+                       name=f"rank{n}.sqlite", path=f"/j/rank{n}.sqlite", block_start=n,
+                       block_end=n + 1, records=10 * n, fingerprint=f"fp{n}", **extra)
+
+
+def test_a_version_1_journal_with_inline_reports_is_moved_to_an_entries_file(
+        tmp_path: Path) -> None:
+    """Version 1 kept every report entry inside the journal: read once, they move to the
+    entries file, and the next commit drops them from the journal."""
+    j = _filled(tmp_path)
+    j.add_report(_entry(5, hostile={"kernel end_before_start": 2}))
+    j.commit()
+    entries = list(j.reports)
+    data = msgspec.json.decode(j.path.read_bytes())
+    for key in ("entries_name", "entries_length", "entries_count", "records_total",
+                "hostile"):
+        del data[key]
+    data["version"] = 1
+    data["reports"] = msgspec.to_builtins(entries)
+    for path in j.path.parent.glob("*.entries.*"):
+        path.unlink()
+    j.path.write_bytes(msgspec.json.encode(data))
+    old = JobJournal.load(j.path)
+    assert old is not None
+    assert list(old.reports) == entries and old.has_report(IDENT)
+    assert old.state.records_total == 77 + 50
+    assert old.state.hostile == {"rank5.sqlite": {"kernel end_before_start": 2}}
+    assert old.report_with("fp5") == entries[1]
+    old.commit()
+    assert b'"reports":[]' in old.path.read_bytes()
+    again = JobJournal.load(old.path)
+    assert again is not None and list(again.reports) == entries
+    assert again.state.version == 2
+
+
+def test_entries_written_but_not_committed_are_not_in_the_journal(tmp_path: Path) -> None:
+    """A crash between appending the entries and replacing the journal: the journal's count
+    wins, and the next commit writes over the bytes beyond it."""
+    j = _filled(tmp_path)
+    j.commit()
+    j.add_report(_entry(2))
+    j.add_report(_entry(3))
+    j.reports.write()  # on disk, fsynced, not committed
+    again = JobJournal.load(j.path)
+    assert again is not None
+    assert [r.name for r in again.reports] == ["rank0.sqlite"]
+    assert not again.has_report(_entry(2).identity)
+    again.add_report(_entry(4))
+    again.commit()
+    last = JobJournal.load(j.path)
+    assert last is not None
+    assert [r.name for r in last.reports] == ["rank0.sqlite", "rank4.sqlite"]
+    assert last.reports[1] == again.reports[1] and last.reports[-1].records == 40
+
+
+def test_restore_forgets_the_entries_added_since(tmp_path: Path) -> None:
+    j = _filled(tmp_path)
+    j.commit()
+    snapshot = j.snapshot()
+    j.add_report(_entry(2))
+    j.reports.write()
+    j.add_report(_entry(3))
+    j.restore(snapshot)
+    assert len(j.reports) == 1 and j.state.records_total == 77
+    assert not j.has_report(_entry(2).identity) and j.report_with("fp3") is None
+    j.add_report(_entry(6))
+    j.commit()
+    again = JobJournal.load(j.path)
+    assert again is not None
+    assert [r.name for r in again.reports] == ["rank0.sqlite", "rank6.sqlite"]
+    assert again.report_with("fp6") == _entry(6, committed_ns=again.reports[1].committed_ns)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=12))
+def test_entries_survive_any_sequence_of_commits_and_rewrites(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[int, bool]]) -> None:
+    """Appends in commits of any size, with whole rewrites (a grown header) between them:
+    what is loaded is what was committed, in order."""
+    j = JobJournal.open(tmp_path_factory.mktemp("log"), "/jobs/x")
+    expect: list[ReportEntry] = []
+    n = 0
+    for adds, rewrite in steps:
+        for _ in range(adds):
+            n += 1
+            j.add_report(_entry(n, committed_ns=1))
+            expect.append(_entry(n, committed_ns=1))
+        if rewrite:
+            j.reports.replace_all(lambda e: setattr(e, "block_start", e.block_start + 7))
+            for e in expect:
+                e.block_start += 7
+        j.commit()
+        again = JobJournal.load(j.path)
+        assert again is not None
+        assert list(again.reports) == expect
+        assert [again.reports[i] for i in range(len(expect))] == expect
+        assert len(list(j.path.parent.glob("*.entries.*"))) <= 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 3)),
+                         max_size=6), min_size=1, max_size=8))
+def test_ids_survive_any_sequence_of_commits(tmp_path_factory: pytest.TempPathFactory,
+                                             commits: list[list[tuple[int, int, int]]]) -> None:
+    """Tasks, threads of older tasks and labels added between commits (each commit appends
+    only what it added): what is loaded is the numbering committed, and it goes on alike."""
+    j = JobJournal.open(tmp_path_factory.mktemp("ids"), "/jobs/x")
+    num = Numbering(j.state.numbering)
+    for adds in commits:
+        for host, pid, tid in adds:
+            task = num.task(f"node{host}", pid, "p")
+            num.thread(task, cpu_key(tid), f"t{tid}")
+            num.value("kernel", f"k{pid}{tid}")
+        j.commit()
+        again = JobJournal.load(j.path)
+        assert again is not None
+        assert again.state.numbering == j.state.numbering
+        assert len(list(j.path.parent.glob("*.ids.*"))) == 1
+    assert b'"tasks":[]' in j.path.read_bytes()  # not in the journal file itself

@@ -174,7 +174,7 @@ def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> Non
         trace.append(hostile, report_identity(hostile))
     after = {p.name: p.read_bytes() for p in (job / "prvstream").iterdir() if p.is_file()}
     assert after == before
-    assert len(trace.journal.state.reports) == 1
+    assert len(trace.journal.reports) == 1
     assert msgspec.json.encode(trace.journal.state.numbering) == state_before
     hostile.unlink()
     _append(trace, job, sources[1])  # the job goes on

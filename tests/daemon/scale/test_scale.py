@@ -276,8 +276,8 @@ def test_live_appends_on_dask_byte_identical(inproc: Any, tmp_path: Path,
     finally:
         remote.close()
     assert _live_outputs(one_job) == _live_outputs(dask_job)
-    blocks = [(r.block_start, r.block_end) for r in trace.journal.state.reports]
-    assert blocks == [(r.block_start, r.block_end) for r in one.journal.state.reports]
+    blocks = [(r.block_start, r.block_end) for r in trace.journal.reports]
+    assert blocks == [(r.block_start, r.block_end) for r in one.journal.reports]
     # the model checkpoint is named by its content: the same model state
     digest = [t.journal.state.model_checkpoint.rsplit(".", 1)[-1] for t in (trace, one)]
     assert digest[0] == digest[1] != ""

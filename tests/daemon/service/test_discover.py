@@ -250,5 +250,5 @@ async def test_service_loop_shape(root: Path, tmp_path: Path) -> None:
                 tg.start_soon(worker, await found.receive())
     assert outcomes == {"rank0.sqlite": "Ready", "junk.sqlite": "Invalid"}
     journal = JobJournal.open(state, root / "job1")
-    assert [r.name for r in journal.state.reports] == [good.name]
+    assert [r.name for r in journal.reports] == [good.name]
     assert journal.is_quarantined(root / "job1" / "junk.sqlite")

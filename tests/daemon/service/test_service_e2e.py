@@ -113,7 +113,7 @@ def test_ranks_arrive_one_by_one(arrivals: Callable[[Path, Path], Iterator[Path]
         tasks = len(stats.threads_per_task)
         journal = load_journal(tmp_path / "state", job)
         assert journal is not None
-        assert [r.name for r in journal.state.reports] == [p.name for p in placed]
+        assert [r.name for r in journal.reports] == [p.name for p in placed]
     finalize_via_marker(daemon, job)
     final = validate(live_trace(job), globally_sorted=True)
     assert final.begins(*KERNEL_TYPES) == kernel_rows(placed)
@@ -179,7 +179,7 @@ def test_half_written_export_is_not_taken_early(
     time.sleep(4 * SETTLE + 1.0)
     assert job_status(job).get("reports", 0) == 0, "a half-written export was taken"
     journal = load_journal(tmp_path / "state", job)
-    assert journal is None or not journal.state.reports
+    assert journal is None or not journal.reports
     if finish == "in-place":
         with dest.open("ab") as fh:
             fh.write(data[len(data) // 2:])
@@ -225,7 +225,7 @@ def test_corrupt_file_and_escaping_symlink_are_refused(
              "symlink_refused", daemon)
     journal = load_journal(tmp_path / "state", job)
     assert journal is not None
-    assert sorted(r.name for r in journal.state.reports) == [p.name for p in synth_sources[:2]]
+    assert sorted(r.name for r in journal.reports) == [p.name for p in synth_sources[:2]]
     assert daemon.terminate() == 0
 
 
@@ -356,7 +356,7 @@ def _kill_trial(seed: int, base: Path, sources: list[Path], ref: Reference) -> N
         assert final.begins(*KERNEL_TYPES) == ref.kernels, "kernel events lost or doubled"
         journal = load_journal(state, job)
         assert journal is not None
-        names = [r.name for r in journal.state.reports]
+        names = [r.name for r in journal.reports]
         assert sorted(names) == sorted(p.name for p in sources), f"reports: {names}"
         assert job_status(job)["reports"] == n
         got = outputs(job)

@@ -283,7 +283,7 @@ class BlockStore:
     def claims_known(self) -> bool:
         """Whether every committed report's meta says where it gives host states (False
         when the metas cannot be read)."""
-        if not self.journal.state.reports:
+        if not self.journal.reports:
             return True
         try:
             return all(m.claims is not None for m in self.metas())
@@ -306,9 +306,10 @@ class BlockStore:
         except (struct.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise JournalCorrupt(f"{self.metas_path} is corrupt ({exc}); finalize cannot "
                                  "rebuild the trace's names: convert the reports instead") from exc
-        if len(out) != len(self.journal.reports) or any(m.version > BLOCK_FORMAT for m in out):
+        count = len(self.journal.reports)
+        if len(out) != count or any(m.version > BLOCK_FORMAT for m in out):
             raise JournalCorrupt(
-                f"{self.metas_path} holds {len(out)} report metas for {len(self.journal.reports)} "
+                f"{self.metas_path} holds {len(out)} report metas for {count} "
                 "committed reports (or a newer format); convert the reports instead")
         return out
 

@@ -31,6 +31,8 @@ log = get_logger(__name__)
 #: Unicode categories never written into a label: controls (\t, \r, U+0085 ...) and the line
 #: and paragraph separators (U+2028, U+2029): line-splitting readers of .pcf/.row break on them
 _UNWRITTEN = frozenset({"Cc", "Zl", "Zp"})
+#: tasks whose thread lookups are kept at once (rebuilt from ``thread_keys`` when dropped)
+_THREAD_INDEXES = 256
 
 
 def clean_label(text: str) -> str:
@@ -78,7 +80,8 @@ class Numbering:
         self.values = self.state.values
         self._task_index: dict[tuple[str, int], int] = {}
         self._value_index: dict[str, dict[str, int]] = {}
-        #: task id -> thread key -> thread id (built on first use per task)
+        #: task id -> thread key -> thread id (built on first use per task; a cache of at
+        #: most ``_THREAD_INDEXES`` tasks: a job of thousands of tasks keeps no dict each)
         self._thread_index: dict[int, dict[ThreadKey, int]] = {}
         #: (task id, position) of each thread added since the last ``mark``
         self._grown: list[tuple[int, int]] = []
@@ -161,6 +164,8 @@ class Numbering:
     def _threads_of(self, task_id: int) -> dict[ThreadKey, int]:
         index = self._thread_index.get(task_id)
         if index is None:
+            if len(self._thread_index) >= _THREAD_INDEXES:
+                self._thread_index.clear()
             index = self._thread_index[task_id] = {
                 (k[0], k[1], k[2]): i + 1
                 for i, k in enumerate(self.tasks[task_id - 1].thread_keys)}

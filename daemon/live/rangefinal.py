@@ -99,7 +99,7 @@ def _clipped(store: BlockStore, position: np.ndarray, clips: Clips) -> list[bool
     reports = {key[0] for key in clips}
     out: list[bool] = []
     start = None
-    for i, entry in enumerate(store.journal.state.reports):
+    for i, entry in enumerate(store.journal.reports):
         hit = int(position[i]) in reports
         if out and entry.block_start == start:
             out[-1] = out[-1] or hit

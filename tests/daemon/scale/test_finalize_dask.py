@@ -53,7 +53,7 @@ def _finalized(tmp: Path, name: str, sources: list[Path], *, dask: str = "",
         out["codes"] = hashlib.sha256(trace.blocks.codes_path().read_bytes()).hexdigest()
         out["journal"] = repr((state.finalized, state.prv_length, state.codes_records,
                                state.header_capacity, state.end_time,
-                               [(r.block_start, r.block_end) for r in state.reports],
+                               [(r.block_start, r.block_end) for r in trace.journal.reports],
                                sorted(trace.thread_last.items())))
         ranges = [e for e in logs if e["event"] == "dask_finalize_ranges"]
         assert len(ranges) == (1 if dask else 0)

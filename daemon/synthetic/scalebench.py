@@ -339,14 +339,21 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
     appends = _events(base / "watch.log", "report_appended")
     live_mb = (job / "prvstream" / "job.prv").stat().st_size / 1e6
     append_s = sum(e.get("seconds", 0.0) for e in appends)
-    kept = work / "live-kept"
+    # kept aside: the trace by a hard link (the journal knows its inode), the rest copied
+    prv = job / "prvstream" / "job.prv"
+    kept, kept_prv = work / "live-kept", work / "live-committed.prv"
     shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(base, kept, symlinks=True)
+    kept_prv.unlink(missing_ok=True)
+    os.link(prv, kept_prv)
+    shutil.copytree(base, kept, symlinks=True,
+                    ignore=lambda d, names: [prv.name] if Path(d) == prv.parent else [])
     loads.append(_load())
-    f_one, f_rss_one = _finalize(job, state, base / "final-one.log", a.timeout)
-    shutil.copyfile(job / "prvstream" / "job.prv", work / "final-one.prv")
+    f_one, f_rss_one = _finalize(job, state, work / "final-one.log", a.timeout)
+    shutil.copyfile(prv, work / "final-one.prv")
     shutil.rmtree(base)
     shutil.copytree(kept, base, symlinks=True)
+    os.link(kept_prv, prv)
+    kept_prv.unlink()
     shutil.rmtree(kept)
     loads.append(_load())
     log_file = base / "final-dask.log"
@@ -365,6 +372,7 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
         "finalize_dask_index_s": event.get("index_s"),
         "finalize_dask_merge_s": event.get("merge_s"),
         "finalize_dask_place_s": event.get("place_s"),
+        "finalize_dask_rebuilt": bool(_events(log_file, "trace_replaced_uncommitted_rebuilding")),
         "finalize_byte_identical": _same(work / "final-one.prv", job / "prvstream" / "job.prv")
         and _same(job / "prvstream" / "job.prv", work / "one.prv"),
         "load": loads})

@@ -122,18 +122,26 @@ class RangeDone:
 
 
 def _window(stream: Stream, lo: int | None, hi: int | None) -> Stream:
-    """The records of ``stream`` with ``lo <= time < hi`` (watermarks pass unchanged)."""
-    for batch, mark in stream:
-        if len(batch) and (lo is not None or hi is not None):
-            time = batch.keys[:, KEY_TIME]
-            keep = np.ones(len(batch), bool)
-            if lo is not None:
-                keep &= time >= lo
-            if hi is not None:
-                keep &= time < hi
-            if not keep.all():
-                batch = batch.take(np.flatnonzero(keep))
-        yield batch, mark
+    """The records of ``stream`` with ``lo <= time < hi`` (watermarks pass unchanged); the
+    stream is left as soon as its watermark reaches ``hi`` (nothing later can fall inside)."""
+    try:
+        for batch, mark in stream:
+            if len(batch) and (lo is not None or hi is not None):
+                time = batch.keys[:, KEY_TIME]
+                keep = np.ones(len(batch), bool)
+                if lo is not None:
+                    keep &= time >= lo
+                if hi is not None:
+                    keep &= time < hi
+                if not keep.all():
+                    batch = batch.take(np.flatnonzero(keep))
+            yield batch, mark
+            if hi is not None and mark >= hi:
+                return
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
 
 
 def margin(recut: bool) -> int:

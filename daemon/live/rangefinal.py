@@ -62,6 +62,8 @@ _PIECE = 64 << 20
 _RANGE_RECORDS = 1_000_000
 #: times Dask reruns a task whose worker died
 _RETRIES = 3
+#: shortest range, in host-state grid cells, when host states are cut again (0: any)
+_RECUT_SPAN = 3
 #: smallest chunk of text read from a block at once (as ``blockmerge``)
 _MIN_CHUNK = 1 << 16
 
@@ -92,6 +94,22 @@ def _index(client: Any, prv: Path, blocks: list[Block], shift: int
         arr = np.array(samples, np.int64).reshape(-1, 3)
         out.append((arr[:, 0], arr[:, 1], arr[:, 2]))
     return out
+
+
+def _range_count(total: int, workers: int,
+                 index: list[tuple[np.ndarray, np.ndarray, np.ndarray]], recut: bool) -> int:
+    """About ``_RANGE_RECORDS`` a range, at least two a worker; when host states are cut
+    again, no range shorter than ``_RECUT_SPAN`` grid cells (each range also reads one cell
+    before its start)."""
+    ranges = max(1, -(-total // _RANGE_RECORDS))
+    if total > 4 * SAMPLE:
+        ranges = max(ranges, 2 * workers)
+    if recut and _RECUT_SPAN > 0:
+        times = [t for _, _, t in index if len(t)]
+        if times:
+            span = max(int(t[-1]) for t in times) - min(int(t[0]) for t in times)
+            ranges = max(1, min(ranges, span // (_RECUT_SPAN * hoststates.GRID)))
+    return ranges
 
 
 def _clipped(store: BlockStore, position: np.ndarray, clips: Clips) -> list[bool]:
@@ -166,9 +184,7 @@ def merge_blocks_on_dask(spec: str, store: BlockStore, prv: Path, out_prv: Path,
         shutil.copyfile(store.codes_path(), codes_copy)
         index = _index(client, prv, blocks, ren.shift)
         indexed = time.perf_counter()
-        ranges = max(1, -(-total // _RANGE_RECORDS))
-        if total > 4 * SAMPLE:
-            ranges = max(ranges, 2 * worker_count(client))
+        ranges = _range_count(total, worker_count(client), index, recut)
         plan = plan_ranges(blocks, index, ranges, margin(recut), _clipped(store, position,
                                                                             clips))
         job = FinalizeJob(prv=str(prv), codes=str(codes_copy), renumber=ren,

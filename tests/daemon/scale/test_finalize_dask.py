@@ -96,6 +96,7 @@ def test_many_small_ranges_byte_identical(inproc: Any, tmp_path: Path,
     monkeypatch.setattr(rangefinal, "SAMPLE", 7)
     monkeypatch.setattr(rangefinal, "_PIECE", 4096)
     monkeypatch.setattr(rangefinal, "_RANGE_RECORDS", 300)
+    monkeypatch.setattr(rangefinal, "_RECUT_SPAN", 0)
     sources = write_job(tmp_path / "src", SynthSpec(ranks=3, slices=2, steps=2, seed=3))
     # the later slices first: the live origin is not the canonical one
     order = sorted(sources, key=lambda p: ("slice0" in p.name, p.name))
@@ -108,15 +109,18 @@ def test_many_small_ranges_byte_identical(inproc: Any, tmp_path: Path,
     assert hashlib.sha256((tmp_path / "batch.prv").read_bytes()).hexdigest() == one[".prv"]
 
 
-def test_sixteen_ranks_finalize_on_two_worker_processes(processes: Any,
-                                                        tmp_path: Path) -> None:
+def test_sixteen_ranks_finalize_on_two_worker_processes(processes: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rangefinal, "_RECUT_SPAN", 0)
     sources = write_job(tmp_path / "src", SynthSpec(ranks=16, steps=2, hosts=4))
     one, dask, facts = _both(tmp_path, sources, "local:2", skew_allowance=0.37)
     assert one == dask
     assert facts["ranges"] >= 4 and facts["recut"]
 
 
-def test_worker_killed_mid_finalize_completes_once(processes: Any, tmp_path: Path) -> None:
+def test_worker_killed_mid_finalize_completes_once(processes: Any, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rangefinal, "_RECUT_SPAN", 0)
     sources = write_job(tmp_path / "src", SynthSpec(ranks=16, steps=2))
     killed: list[int] = []
     calls: list[int] = []
@@ -164,6 +168,7 @@ def test_overlapping_capture_ranges_finalize_on_dask(inproc: Any, tmp_path: Path
     monkeypatch.setattr(blockrange, "SAMPLE", 5)
     monkeypatch.setattr(rangefinal, "SAMPLE", 5)
     monkeypatch.setattr(rangefinal, "_RANGE_RECORDS", 200)
+    monkeypatch.setattr(rangefinal, "_RECUT_SPAN", 0)
     parts = [p for rank, cuts in {0: ((0.0, 0.55), (0.3, 0.8), (0.6, 1.0)),
                                   1: ((0.0, 0.7), (0.2, 1.0))}.items()
              for p in overlapping_parts(tmp_path / "src", cuts, SynthSpec(ranks=2, steps=6,
@@ -173,3 +178,14 @@ def test_overlapping_capture_ranges_finalize_on_dask(inproc: Any, tmp_path: Path
                              fan_in=2)
     assert one == dask
     assert facts["clipped"] and facts["ranges"] >= 10
+
+
+def test_recut_ranges_are_at_least_a_few_grid_cells_long() -> None:
+    """Each range also reads one grid cell before it when host states are cut again: a
+    short job gets fewer, longer ranges then (and as many as the records ask otherwise)."""
+    grid = rangefinal.hoststates.GRID
+    index = [(np.zeros(3, np.int64), np.zeros(3, np.int64),
+              np.array([0, 7 * grid, 15 * grid], np.int64))]
+    assert rangefinal._range_count(12_000_000, 2, index, recut=False) == 12
+    assert rangefinal._range_count(12_000_000, 2, index, recut=True) == 15 // 3
+    assert rangefinal._range_count(100, 2, index, recut=True) == 1

@@ -229,12 +229,14 @@ class RemoteAppender:
                 state.origin_wall_ns = origin
             fresh = is_fresh(trace)
             trace.blocks.append_block_codes(done.codes, done.records)
+            copying = time.perf_counter()
             with trace.out.open(trace.prv.name, "r+b") as fh, open(done.block, "rb") as src:
                 start = seek_block_start(trace, fh, fresh)
                 shutil.copyfileobj(src, fh, 1 << 20)
                 fh.flush()
                 os.fsync(fh.fileno())
                 length = fh.tell()
+            copied = time.perf_counter() - copying
             state.prv_length = length
             state.end_time = max(trace.end_time, done.end_time)
             state.numbering = msgspec.json.decode(done.numbering_after, type=NumberingState)
@@ -247,7 +249,9 @@ class RemoteAppender:
             trace._publish_header()
             trace._publish_metadata()
             trace._model_fed = True
+            replaying = time.perf_counter()
             spool.replay(trace.model)
+            replayed = time.perf_counter() - replaying
             trace._publish_summary()
             trace.blocks.add_meta(ReportMeta.of(path.name, facts.host, facts.wall_start,
                                                 facts.objects, facts.values, facts.claims))
@@ -269,7 +273,8 @@ class RemoteAppender:
                               prv_length=state.prv_length)
         log.info("report_appended", job=state.job_dir, report=path.name, records=done.records,
                  compacted=False, seconds=round(result.seconds, 3),
-                 tasks=len(trace.numbering.tasks), dask=True)
+                 tasks=len(trace.numbering.tasks), dask=True, block_mb=round(done.size / 1e6, 3),
+                 copy_s=round(copied, 3), replay_s=round(replayed, 3))
         return result
 
     def _drop(self, entry: _Entry) -> None:

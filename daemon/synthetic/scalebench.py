@@ -364,6 +364,10 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
         "watch_dask_s": round(t_live, 1), "appends": len(appends),
         "live_prv_mb": round(live_mb, 1), "append_coordinator_s": round(append_s, 2),
         "append_mb_per_s": round(live_mb / max(append_s, 1e-9), 1),
+        # of which the block copy into the trace alone, and the model replay
+        "append_copy_mb_per_s": round(sum(e.get("block_mb", 0.0) for e in appends) / max(
+            sum(e.get("copy_s", 0.0) for e in appends), 1e-9), 1),
+        "append_replay_s": round(sum(e.get("replay_s", 0.0) for e in appends), 2),
         "finalize_one_process_s": round(f_one, 1), "finalize_dask_s": round(f_dask, 1),
         "finalize_speedup": round(f_one / f_dask, 2),
         "finalize_one_peak_mib": round(f_rss_one, 1),

@@ -249,9 +249,10 @@ class RemoteAppender:
             trace._publish_header()
             trace._publish_metadata()
             trace._model_fed = True
-            replaying = time.perf_counter()
+            replaying, replaying_cpu = time.perf_counter(), time.thread_time()
             spool.replay(trace.model)
             replayed = time.perf_counter() - replaying
+            replayed_cpu = time.thread_time() - replaying_cpu
             trace._publish_summary()
             trace.blocks.add_meta(ReportMeta.of(path.name, facts.host, facts.wall_start,
                                                 facts.objects, facts.values, facts.claims))
@@ -274,7 +275,8 @@ class RemoteAppender:
         log.info("report_appended", job=state.job_dir, report=path.name, records=done.records,
                  compacted=False, seconds=round(result.seconds, 3),
                  tasks=len(trace.numbering.tasks), dask=True, block_mb=round(done.size / 1e6, 3),
-                 copy_s=round(copied, 3), replay_s=round(replayed, 3))
+                 copy_s=round(copied, 3), replay_s=round(replayed, 3),
+                 replay_cpu_s=round(replayed_cpu, 3))
         return result
 
     def _drop(self, entry: _Entry) -> None:

@@ -330,7 +330,8 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
         "convert_one_peak_mib": round(rss_one, 1), "convert_dask_peak_mib": round(rss_dask, 1),
         "ranges_written_mb_per_s": ranges.get("mb_per_s"),
         "ranges_written_s": ranges.get("seconds"),
-        "model_replay_s": replay.get("seconds"), "convert_byte_identical": same}
+        "model_replay_s": replay.get("seconds"), "model_replay_cpu_s": replay.get("cpu_s"),
+        "convert_byte_identical": same}
     # finalize: one live job, kept aside while the one-process finalize runs on it
     base = work / "live"
     shutil.rmtree(base, ignore_errors=True)
@@ -368,6 +369,7 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
         "append_copy_mb_per_s": round(sum(e.get("block_mb", 0.0) for e in appends) / max(
             sum(e.get("copy_s", 0.0) for e in appends), 1e-9), 1),
         "append_replay_s": round(sum(e.get("replay_s", 0.0) for e in appends), 2),
+        "append_replay_cpu_s": round(sum(e.get("replay_cpu_s", 0.0) for e in appends), 2),
         "finalize_one_process_s": round(f_one, 1), "finalize_dask_s": round(f_dask, 1),
         "finalize_speedup": round(f_one / f_dask, 2),
         "finalize_one_peak_mib": round(f_rss_one, 1),

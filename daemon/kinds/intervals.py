@@ -9,7 +9,13 @@ from collections.abc import Callable
 import numpy as np
 
 from prvstream.daemon.kinds.base import ChunkResult
-from prvstream.daemon.kinds.context import ReportContext, factorize, process_of, tid_of
+from prvstream.daemon.kinds.context import (
+    ReportContext,
+    factorize,
+    process_of,
+    tid_of,
+    unique_inverse,
+)
 from prvstream.sinks.base import ACTIVITY_DTYPE, HOST_DTYPE, HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.records import (
@@ -111,9 +117,9 @@ def activity(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.n
 
 def process_indices(ctx: ReportContext, gpids: np.ndarray) -> np.ndarray:
     """Per row, the index into ``ReportInfo.processes`` of its process (globalPid ``gpids``)."""
-    uniq, inverse = np.unique(gpids, return_inverse=True)
+    uniq, inverse = unique_inverse(gpids)
     procs = np.array([ctx.process_index.get(g, 0) for g in uniq.tolist()], dtype=np.int64)
-    return procs[inverse.ravel()]
+    return procs[inverse]
 
 
 def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -123,7 +129,7 @@ def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.
     out = np.empty(len(start), dtype=HOST_DTYPE)
     out["start"], out["end"], out["kind"] = start, np.maximum(end, start), int(kind)
     out["thread"] = tid_of(gtid)
-    gpids, inv = np.unique(process_of(gtid), return_inverse=True)
+    gpids, inv = unique_inverse(process_of(gtid))
     procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()], np.int32)
     out["process"] = procs[inv]
     return out

@@ -234,12 +234,14 @@ def value_labels_of(rep: PreparedReport) -> dict[str, set[str]]:
 def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     groups = registry.plan_value_groups(rep.kinds)
+    # every group's string ids in one look-up (one statement, not one per group)
+    rep.export.strings(v for key, values in rep.plan.values.items()
+                       if (group := groups.get(key)) is not None and group.string_ids
+                       for v in values if v >= 0)
     for key, values in rep.plan.values.items():
         group = groups.get(key)
         if group is None:
             continue
-        if group.string_ids:
-            rep.export.strings(v for v in values if v >= 0)
         labels = out.setdefault(group.name, set())
         for value in values:
             if value not in group.skip:

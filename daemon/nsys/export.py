@@ -115,17 +115,45 @@ class Export(ExportClock):
     def nonempty_kinds(self) -> list[str]:
         """Table kinds with at least one row, in registry order (from the one scan per table
         that also finds its time range: planning needs both)."""
+        self._all_plain_facts()
         return [k for k in TABLE_KINDS if any(self._source_facts(s)[0] > 0
                                                for s in self.sources(k))]
+
+    def _end_where(self, src: KindSource) -> tuple[str, str]:
+        end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
+               if src.end and self.has(src.table, src.end) else _q(src.start))
+        return end, f" WHERE {src.where}" if src.where else ""
+
+    def _all_plain_facts(self) -> None:
+        """``_plain_facts`` of every source table not yet scanned, in one statement (one
+        aggregate subquery per table); a table they do not settle, or a statement SQLite
+        refuses, is left to ``_source_facts``."""
+        todo = list({(s.table, s.where): s for k in TABLE_KINDS for s in self.sources(k)
+                     if (s.table, s.where) not in self._facts}.values())
+        if len(todo) < 2:
+            return
+        lo, hi = self.time_bound()
+        parts = []
+        for src in todo:
+            end, where = self._end_where(src)
+            parts.append(f"(SELECT COUNT(*), COUNT({_q(src.start)}), MIN({_q(src.start)}), "
+                         f"MAX({_q(src.start)}), MAX({end}) FROM {_q(src.table)}{where})")
+        try:
+            row = self._con.execute("SELECT * FROM " + ", ".join(parts)).fetchone()
+        except sqlite3.DatabaseError:
+            return  # each table on its own, failing as it would alone
+        for i, src in enumerate(todo):
+            found = _judged(row[5 * i:5 * i + 5], lo, hi)
+            if found is not None:
+                self._facts[(src.table, src.where)] = found
+                self._counts[(src.table, src.where)] = found[0]
 
     def _source_facts(self, src: KindSource) -> tuple[int, int | None, int | None]:
         """(rows, first start, last end or start) of one source table: one scan, read once."""
         key = (src.table, src.where)
         found = self._facts.get(key)
         if found is None:
-            end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
-                   if src.end and self.has(src.table, src.end) else _q(src.start))
-            where = f" WHERE {src.where}" if src.where else ""
+            end, where = self._end_where(src)
             lo, hi = self.time_bound()
             found = self._plain_facts(src, end, where, lo, hi)
             if found is None:  # some value out of bounds, missing or not an integer
@@ -147,16 +175,9 @@ class Export(ExportClock):
         """``_source_facts`` from plain aggregates (a third of the bounded query's cost), or
         None unless every start is an integer within ``lo``..``hi`` and so is every end: then
         the bounded query's answer is the same."""
-        n, starts, least, most, last = self._con.execute(
+        return _judged(self._con.execute(
             f"SELECT COUNT(*), COUNT({_q(src.start)}), MIN({_q(src.start)}), "
-            f"MAX({_q(src.start)}), MAX({end}) FROM {_q(src.table)}{where}").fetchone()
-        if n == 0:
-            return (0, None, None)
-        if starts != n or not all(type(v) is int for v in (least, most, last)):
-            return None
-        if least < lo or most > hi or last > hi:
-            return None
-        return (int(n), int(least), max(int(last), int(most)))
+            f"MAX({_q(src.start)}), MAX({end}) FROM {_q(src.table)}{where}").fetchone(), lo, hi)
 
     def known_rows(self, table: str, where: str = "") -> int | None:
         """Rows of ``table`` (matching ``where``) if counted already (planning counts every
@@ -251,5 +272,20 @@ class Export(ExportClock):
 
 
 _q = quote_identifier
+
+
+def _judged(row: tuple[object, ...], lo: int, hi: int
+            ) -> tuple[int, int | None, int | None] | None:
+    """A table's facts from its plain aggregates (rows, starts, least and greatest start,
+    greatest end), or None unless every start is an integer within ``lo``..``hi`` and so is
+    every end."""
+    n, starts, least, most, last = row
+    if n == 0:
+        return (0, None, None)
+    if starts != n or type(least) is not int or type(most) is not int or type(last) is not int:
+        return None
+    if least < lo or most > hi or last > hi:
+        return None
+    return (int(n), int(least), max(int(last), int(most)))
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export, open_export, process_of
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
@@ -433,3 +434,20 @@ def test_paths_with_uri_characters_open_read_only(tmp_path: Path) -> None:
         assert export.meta.hostname == "DESKTOP-KBEMEQS"
     assert odd.read_bytes() == before
     assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("path", real_export_params())
+def test_every_tables_facts_in_one_statement_are_each_tables_own(path: Path) -> None:
+    """The rows and time range of every data table, read in one statement, are those each
+    table's own statement gives (hostile values still go to the bounded per-table query)."""
+    together = open_export(path)
+    alone = open_export(path)
+    try:
+        together.nonempty_kinds()
+        for kind in TABLE_KINDS:
+            for src in alone.sources(kind):
+                assert alone._source_facts(src) == together._source_facts(src), src.table
+        assert alone._facts == together._facts
+    finally:
+        together.close()
+        alone.close()

@@ -51,6 +51,8 @@ def test_each_table_is_probed_once_and_the_schema_once_per_version(
     assert not [s for s in text if re.match(rf'SELECT COUNT\(\*\) FROM "({"|".join(counted)})"',
                                             s)]
     assert sum(s.startswith(("PRAGMA query_only",)) for s in text) == 1  # one connection
+    # every table's rows and time range in one statement
+    assert sum("COUNT(*), COUNT(" in s for s in text) == 1
 
 
 def test_the_rowid_range_is_read_from_the_btree_ends(statements: list[str],

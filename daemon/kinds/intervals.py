@@ -119,7 +119,8 @@ def process_indices(ctx: ReportContext, gpids: np.ndarray) -> np.ndarray:
     """Per row, the index into ``ReportInfo.processes`` of its process (globalPid ``gpids``)."""
     uniq, inverse = unique_inverse(gpids)
     procs = np.array([ctx.process_index.get(g, 0) for g in uniq.tolist()], dtype=np.int64)
-    return procs[inverse]
+    out: np.ndarray = procs[inverse]
+    return out
 
 
 def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.ndarray,

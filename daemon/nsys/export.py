@@ -282,10 +282,11 @@ def _judged(row: tuple[object, ...], lo: int, hi: int
     n, starts, least, most, last = row
     if n == 0:
         return (0, None, None)
-    if starts != n or type(least) is not int or type(most) is not int or type(last) is not int:
+    if type(n) is not int or starts != n or not (
+            type(least) is int and type(most) is int and type(last) is int):
         return None
     if least < lo or most > hi or last > hi:
         return None
-    return (int(n), int(least), max(int(last), int(most)))
+    return (n, least, max(last, most))
 
 

@@ -100,7 +100,7 @@ def _range_count(total: int, workers: int,
                  index: list[tuple[np.ndarray, np.ndarray, np.ndarray]], recut: bool) -> int:
     """About ``_RANGE_RECORDS`` a range, at least two a worker; when host states are cut
     again, no range shorter than ``_RECUT_SPAN`` grid cells (each range also reads one cell
-    before its start)."""
+    before its start); a multiple of the workers when there are more ranges than workers."""
     ranges = max(1, -(-total // _RANGE_RECORDS))
     if total > 4 * SAMPLE:
         ranges = max(ranges, 2 * workers)
@@ -109,6 +109,8 @@ def _range_count(total: int, workers: int,
         if times:
             span = max(int(t[-1]) for t in times) - min(int(t[0]) for t in times)
             ranges = max(1, min(ranges, span // (_RECUT_SPAN * hoststates.GRID)))
+    if ranges > workers:  # whole rounds: no worker left merging alone at the end
+        ranges -= ranges % workers
     return ranges
 
 

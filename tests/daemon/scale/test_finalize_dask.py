@@ -187,7 +187,9 @@ def test_recut_ranges_are_at_least_a_few_grid_cells_long() -> None:
     index = [(np.zeros(3, np.int64), np.zeros(3, np.int64),
               np.array([0, 7 * grid, 15 * grid], np.int64))]
     assert rangefinal._range_count(12_000_000, 2, index, recut=False) == 12
-    assert rangefinal._range_count(12_000_000, 2, index, recut=True) == 15 // 3
+    assert rangefinal._range_count(13_000_000, 2, index, recut=False) == 12  # whole rounds
+    assert rangefinal._range_count(12_000_000, 2, index, recut=True) == 4  # 15 // 3, rounded
+    assert rangefinal._range_count(12_000_000, 3, index, recut=True) == 3
     assert rangefinal._range_count(100, 2, index, recut=True) == 1
 
 

@@ -172,7 +172,7 @@ class HostTotals:
         for i, hp in enumerate(rep.procs):
             lst = None if final else rep.phases.get(i)
             for store in (hp.instances, hp.thread_instances):
-                store.settle(min(p[2] for p in lst) if lst else store.base + len(store.dense))
+                store.settle(min(p[2] for p in lst) if lst else None)
 
     def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
                e: np.ndarray) -> None:

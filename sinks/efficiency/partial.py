@@ -170,12 +170,13 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
     """The model's state (between reports), in canonical form."""
     if m._report is not None:
         raise RuntimeError("export the state between reports, not inside one")
-    slots = np.fromiter(m._window_slots.values(), np.int64, len(m._window_slots))
-    ks = np.fromiter(m._window_slots.keys(), np.int64, len(m._window_slots))
+    k_of_slot = np.zeros(len(m._window_slots), np.int64)
+    for k, slot in m._window_slots.items():
+        k_of_slot[slot] = k
     devices: list[DeviceState] = []
     for d in sorted(m._devices, key=lambda d: (d.host, d.device)):
-        ok = slots < len(d.windows)
-        windows = _table(ks[ok], d.windows[slots[ok]])
+        held, rows = d.windows.rows()
+        windows = _table(k_of_slot[held], rows)
         instances: dict[str, Rows] = {}
         ids, tab = d.instances.rows()
         if len(ids):
@@ -252,8 +253,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         m._add_device(dev)
         keys, values = _arrays(ds.windows)
         if len(keys):
-            slots = m._window_rows(dev, keys.tolist())  # grows dev.windows
-            dev.windows[slots] = values
+            dev.windows.load(np.array(m._window_rows(dev, keys.tolist()), np.int64), values)
         m._phase_rows(dev)
         for name, rows in ds.instances.items():
             keys, values = _arrays(rows)

@@ -94,10 +94,11 @@ class Device:
     first: tuple[int, str] = (0, "")
     spans: list[tuple[int, int]] = field(default_factory=list)
     totals: np.ndarray = field(default_factory=lambda: np.zeros(WIDTH, np.int64))
-    #: totals per window slot and per phase name id (rows of WIDTH)
-    windows: np.ndarray = field(default_factory=rows)
+    #: totals per phase name id (rows of WIDTH)
     names: np.ndarray = field(default_factory=rows)
-    #: totals per phase instance id (closed instances packed)
+    #: totals per window slot and per phase instance id (packed once the report ends or, for
+    #: instances, once closed)
+    windows: RowStore = field(default_factory=lambda: RowStore(WIDTH))
     instances: RowStore = field(default_factory=lambda: RowStore(WIDTH))
     #: (pid, stream) -> the (first, last) activity starts of each report fed so far: a later
     #: report's activity starting inside one was captured by it already (``repeats``)

@@ -1,10 +1,11 @@
 """A table of int64 rows keyed by phase instance id that stays small: a dense block for the
-ids that may still receive time, the settled rest packed as sorted (key, row) pairs.
+ids that may still receive time, the settled rest packed as sorted (key, row) records.
 
 Instance ids are handed out in the order occurrences are met, so the ids a device or a host
 process adds time to move forward with the report: rows below the smallest id still open are
 final and are packed (only rows that are not all zero), which keeps a long report's table at
-one row per closed instance instead of a doubling array over every id of the job.
+one row per closed instance instead of a doubling array over every id of the job, and a
+device or process of a small report at a few hundred bytes.
 """
 
 from __future__ import annotations
@@ -24,31 +25,40 @@ _FIRST = 8
 
 
 class RowStore:
-    """Rows of ``width`` int64 by key: ``dense`` holds keys [``base``, ``base + len(dense)``),
-    ``_keys``/``_vals`` the packed keys below ``base`` (sorted, distinct) and their rows."""
+    """Rows of ``width`` int64 by key: ``dense`` (None when empty) holds keys [``base``,
+    ``base + len(dense)``); ``_packed`` the keys below ``base``, sorted and distinct, each
+    followed by its row (``width + 1`` int64 a record; None when there are none)."""
 
-    __slots__ = ("_keys", "_vals", "base", "dense", "width")
+    __slots__ = ("_packed", "base", "dense", "width")
 
     def __init__(self, width: int) -> None:
         self.width = width
         self.base = 0
-        self.dense = np.zeros((0, width), np.int64)
-        self._keys: array[int] = array("q")
-        self._vals: array[int] = array("q")
+        self.dense: np.ndarray | None = None
+        self._packed: array[int] | None = None
 
     def __len__(self) -> int:
         """Rows held (packed ones and the dense block's)."""
-        return len(self._keys) + len(self.dense)
+        return self._n_packed() + self._n_dense()
 
-    def _reserve(self, lo: int, hi: int) -> None:
-        """Make the dense block cover keys [lo, hi) (``lo`` at or above ``base``)."""
-        if not len(self.dense):  # start the block at the first key (never below packed)
-            self.base = lo if not len(self._keys) else max(self.base, lo)
+    def _n_dense(self) -> int:
+        return 0 if self.dense is None else len(self.dense)
+
+    def _n_packed(self) -> int:
+        return 0 if self._packed is None else len(self._packed) // (self.width + 1)
+
+    def _reserve(self, lo: int, hi: int) -> np.ndarray:
+        """The dense block, made to cover keys [lo, hi) (``lo`` at or above ``base``)."""
+        if self.dense is None:  # start the block at the first key (never below packed ones)
+            self.base = lo if self._packed is None else max(self.base, lo)
+        n = self._n_dense()
         need = hi - self.base
-        if need > len(self.dense):
-            new = np.zeros((max(need, 2 * len(self.dense), _FIRST), self.width), np.int64)
-            new[:len(self.dense)] = self.dense
+        if self.dense is None or need > n:
+            new = np.zeros((max(need, 2 * n, _FIRST), self.width), np.int64)
+            if self.dense is not None:
+                new[:n] = self.dense
             self.dense = new
+        return self.dense
 
     def add(self, keys: np.ndarray, values: np.ndarray, cols: slice | int = slice(None)) -> None:
         """Add ``values`` (one row, or one value with an int ``cols``, per key) to the rows of
@@ -56,75 +66,79 @@ class RowStore:
         if not len(keys):
             return
         keys = np.asarray(keys, np.int64)
-        if int(keys.min()) < self.base and len(self.dense) + len(self._keys):
+        if int(keys.min()) < self.base and (self.dense is not None or self._packed is not None):
             low = keys < self.base
-            self._add_packed(keys[low], values[low], cols)
+            extra = np.zeros((int(low.sum()), self.width), np.int64)
+            extra[:, cols] = values[low]
+            held_k, held_v = self._unpack()
+            self._set_packed(np.concatenate((held_k, keys[low])),
+                             np.concatenate((held_v, extra)))
             keys, values = keys[~low], values[~low]
             if not len(keys):
                 return
-        self._reserve(int(keys.min()), int(keys.max()) + 1)
-        idx = keys - self.base
-        target = self.dense[:, cols]  # a view: adding to it adds to the block
-        np.add.at(target, idx, values)
+        dense = self._reserve(int(keys.min()), int(keys.max()) + 1)
+        target = dense[:, cols]  # a view: adding to it adds to the block
+        np.add.at(target, keys - self.base, values)
 
-    def _add_packed(self, keys: np.ndarray, values: np.ndarray, cols: slice | int) -> None:
-        """Add to keys below ``base`` (rare: an id met late); the packed pairs are rebuilt."""
-        held_k, held_v = self._packed()
-        extra = np.zeros((len(keys), self.width), np.int64)
-        extra[:, cols] = values
-        self._pack(np.concatenate((held_k, keys)), np.concatenate((held_v, extra)),
-                   replace=True)
-
-    def _packed(self) -> tuple[np.ndarray, np.ndarray]:
+    def _unpack(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the packed keys and rows."""
-        keys = np.array(self._keys, np.int64)
-        vals = np.array(self._vals, np.int64).reshape(len(keys), self.width)
-        return keys, vals
+        if self._packed is None:
+            return np.zeros(0, np.int64), np.zeros((0, self.width), np.int64)
+        flat = np.array(self._packed, np.int64).reshape(-1, self.width + 1)
+        return flat[:, 0].copy(), flat[:, 1:].copy()
 
-    def _pack(self, keys: np.ndarray, vals: np.ndarray, *, replace: bool = False) -> None:
-        """Append rows (keys above every packed one), or with ``replace`` set the packed pairs
-        to ``keys`` (any order, repeats summed); rows of zeros are dropped."""
-        if replace:
-            uk, inv = np.unique(keys, return_inverse=True)
-            vals_sum = np.zeros((len(uk), self.width), np.int64)
-            np.add.at(vals_sum, inv, vals)
-            keys, vals = uk, vals_sum
-            self._keys, self._vals = array("q"), array("q")
+    def _set_packed(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        """Replace the packed records by ``keys`` (any order, repeats summed) and rows."""
+        uk, inv = np.unique(keys, return_inverse=True)
+        summed = np.zeros((len(uk), self.width), np.int64)
+        np.add.at(summed, inv, vals)
+        self._packed = None
+        self._append(uk, summed)
+
+    def _append(self, keys: np.ndarray, vals: np.ndarray) -> None:
+        """Pack rows of keys above every packed one (rows of zeros are dropped)."""
         nz = vals.any(axis=1)
-        self._keys.extend(keys[nz].tolist())
-        self._vals.extend(vals[nz].ravel().tolist())
+        if not nz.any():
+            return
+        recs = np.concatenate((keys[nz, None], vals[nz]), axis=1)
+        if self._packed is None:
+            self._packed = array("q", recs.ravel().tobytes())
+        else:
+            self._packed.frombytes(recs.ravel().tobytes())
 
-    def settle(self, below: int) -> None:
-        """Pack the rows of keys below ``below``: no time is added to them any more (a key
-        that still gets some is handled, at a cost)."""
-        n = min(below - self.base, len(self.dense))
+    def settle(self, below: int | None = None) -> None:
+        """Pack the rows of keys below ``below`` (all with None): no time is added to them
+        any more (a key that still gets some is handled, at a cost)."""
+        if self.dense is None:
+            return
+        n = len(self.dense) if below is None else min(below - self.base, len(self.dense))
         if n <= 0:
             return
-        self._pack(np.arange(self.base, self.base + n, dtype=np.int64), self.dense[:n])
+        self._append(np.arange(self.base, self.base + n, dtype=np.int64), self.dense[:n])
         rest = self.dense[n:]
-        self.dense = rest.copy() if len(rest) else np.zeros((0, self.width), np.int64)
+        self.dense = rest.copy() if len(rest) and rest.any() else None
         self.base += n
 
     def get(self, key: int) -> np.ndarray | None:
         """The row of ``key`` (a copy), or None when it has none."""
         j = key - self.base
-        if 0 <= j < len(self.dense):
+        if self.dense is not None and 0 <= j < len(self.dense):
             row: np.ndarray = self.dense[j].copy()
             return row
-        if key < self.base and len(self._keys):
-            keys = np.frombuffer(self._keys, np.int64)
+        if key < self.base and self._packed is not None:
+            w = self.width + 1
+            keys = np.frombuffer(self._packed, np.int64)[::w]
             i = int(np.searchsorted(keys, key))
             found = i < len(keys) and int(keys[i]) == key
-            del keys
+            del keys  # no view of the array outlives the call (it grows)
             if found:
-                w = self.width
-                return np.array(self._vals[i * w:(i + 1) * w], np.int64)
+                return np.array(self._packed[i * w + 1:(i + 1) * w], np.int64)
         return None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every key with a row that is not all zero, sorted, and those rows."""
-        keys, vals = self._packed()
-        if len(self.dense):
+        keys, vals = self._unpack()
+        if self.dense is not None:
             nz = self.dense.any(axis=1)
             keys = np.concatenate((keys, self.base + np.flatnonzero(nz)))
             vals = np.concatenate((vals, self.dense[nz]))
@@ -135,8 +149,9 @@ class RowStore:
         if not len(keys):
             return
         held_k, held_v = self.rows()
-        self.dense = np.zeros((0, self.width), np.int64)
-        self._pack(np.concatenate((held_k, np.asarray(keys, np.int64))),
-                   np.concatenate((held_v, np.asarray(vals, np.int64).reshape(-1, self.width))),
-                   replace=True)
-        self.base = int(self._keys[-1]) + 1 if len(self._keys) else 0
+        self.dense = None
+        self._set_packed(np.concatenate((held_k, np.asarray(keys, np.int64))),
+                         np.concatenate((held_v,
+                                         np.asarray(vals, np.int64).reshape(-1, self.width))))
+        if self._packed is not None:
+            self.base = int(self._packed[-(self.width + 1)]) + 1

@@ -130,7 +130,6 @@ class DeviceSweep:
             if slot is None:
                 slot = self._window_slots[k] = len(self._window_slots)
             slots.append(slot)
-        dev.windows = grow(dev.windows, len(self._window_slots), first=1)
         return slots
 
     def _phase_rows(self, dev: Device) -> None:
@@ -158,14 +157,15 @@ class DeviceSweep:
         span = self._window_span(lo, hi)
         if len(span) == 1:
             slots = self._window_rows(dev, span)
-            dev.windows[slots[0], :N_MEASURES] += total
+            dev.windows.add(np.array(slots, np.int64), total[None, :],
+                            slice(0, N_MEASURES))
         else:
             ks = np.arange(span.start, span.stop, dtype=np.int64)
             bounds = np.append(ks, ks[-1] + 1) * self.window_ns
             bounds[0], bounds[-1] = lo, hi  # folded edge windows take all beyond them
             per_window = np.diff(upto(bounds), axis=0)
             slots = self._window_rows(dev, ks.tolist())
-            dev.windows[slots, :N_MEASURES] += per_window
+            dev.windows.add(np.array(slots, np.int64), per_window, slice(0, N_MEASURES))
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)
@@ -212,16 +212,15 @@ class DeviceSweep:
         counts = np.bincount(inv, minlength=len(ks))
         sums = np.bincount(inv, weights=(g1 - g0)[single], minlength=len(ks))
         slots = self._window_rows(dev, ks.tolist())
-        for slot, n, total in zip(slots, counts.tolist(), sums.tolist(), strict=True):
-            dev.windows[slot, GAPS] += n
-            dev.windows[slot, GAP_NS] += int(total)
+        dev.windows.add(np.array(slots, np.int64), counts.astype(np.int64), GAPS)
+        dev.windows.add(np.array(slots, np.int64), sums.astype(np.int64), GAP_NS)
         for a, b, ka, kb in zip(g0[~single].tolist(), g1[~single].tolist(),
                                 k0[~single].tolist(), k1[~single].tolist(), strict=True):
             for k in range(ka, kb + 1):
-                (slot,) = self._window_rows(dev, (k,))
-                dev.windows[slot, GAPS] += 1
-                dev.windows[slot, GAP_NS] += ((b if k == kb else (k + 1) * w)
-                                              - (a if k == ka else k * w))
+                slot = np.array(self._window_rows(dev, (k,)), np.int64)
+                dev.windows.add(slot, np.ones(1, np.int64), GAPS)
+                dev.windows.add(slot, np.array([(b if k == kb else (k + 1) * w)
+                                                - (a if k == ka else k * w)]), GAP_NS)
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)
@@ -257,6 +256,7 @@ class DeviceSweep:
         below the smallest instance still open in the device's process (all at the end)."""
         for gid in rep.sweeps:
             dev = self._devices[gid]
-            store = dev.instances
             lst = None if final else rep.recent.get(dev.process)
-            store.settle(min(r[2] for r in lst) if lst else store.base + len(store.dense))
+            dev.instances.settle(min(r[2] for r in lst) if lst else None)
+            if final:
+                dev.windows.settle()

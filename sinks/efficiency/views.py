@@ -146,7 +146,8 @@ class RecordViews:
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
         record = self._record("window", max(ws, js), min(we, je), present,
-                              lambda d: _row(d.windows, slot), index=k, captured=True)
+                              lambda d: d.windows.get(slot) if slot >= 0 else None, index=k,
+                              captured=True)
         record.host_metrics = self._host.metrics(k)
         return record
 

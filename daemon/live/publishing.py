@@ -11,7 +11,7 @@ from prvstream.daemon.live.reportlog import ReportEntry
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import grow_header, header_capacity
-from prvstream.sinks.summary import SummaryWriter, encode_record
+from prvstream.sinks.summary import SummaryWriter
 
 if TYPE_CHECKING:
     from prvstream.daemon.live.livetrace import LiveTrace
@@ -75,7 +75,7 @@ def publish_summary(trace: LiveTrace) -> None:
     length = writer.append_many(trace.model.iter_updates())  # streamed, never all held
     if length != before:
         trace.journal.state.summary_length = length
-    trace.out.replace(trace.summary_json.name, encode_record(trace.model.state()))
+    trace.out.replace(trace.summary_json.name, trace.model.state_json())
     if trace.settings.report_html:
         trace._publish_report()
 

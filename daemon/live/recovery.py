@@ -16,7 +16,7 @@ from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import report_context, report_stream
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary import SummaryWriter, encode_record
+from prvstream.sinks.summary import SummaryWriter
 
 if TYPE_CHECKING:
     from prvstream.daemon.live.livetrace import LiveTrace
@@ -66,7 +66,7 @@ def recover(trace: LiveTrace, *, refeed: bool = True) -> None:
     if refeed:
         trace._restore_model()
     if reports:
-        trace.out.replace(trace.summary_json.name, encode_record(trace.model.state()))
+        trace.out.replace(trace.summary_json.name, trace.model.state_json())
     trace._remember_prv()
     if reports or state.prv_length:  # a brand-new job has nothing to recover
         log.info("job_recovered", job=state.job_dir, reports=len(reports),

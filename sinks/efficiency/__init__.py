@@ -10,6 +10,7 @@ Public API (definitions in docs/efficiency.md)::
     model.take_updates() -> list[SummaryRecord]   # the same as a list
     model.discard_updates()            # drop them unbuilt (batch convert without history)
     model.state() -> SummaryState                 # summary.json content (bounded)
+    model.state_json() -> bytes                   # the same, encoded (spliced from disk)
     summarize(job, [(info, activity, phases), ...]) -> SummaryState  # batch convert, tests
     feed_report(model, info, activity, phases, chunk_rows=...)  # sort, chunk, interleave
     job_metrics(useful, comm, span_ns) -> Metrics
@@ -30,9 +31,10 @@ numbered in start order across its slices; a device belongs to the process of it
 report. To resume a checkpoint, pass the last published ``summary.json`` as ``published`` so
 that the bounded state continues byte-identically; without it the state is rebuilt.
 
-Memory is O(chunk + open intervals) for the sweep, plus one row of 9 int64 per (device, window)
-and per (device, phase instance) in tables grown by doubling (docs/efficiency.md gives the
-cost); the published state is bounded by ``recent`` windows and instances per phase name.
+Memory is O(chunk + open intervals) for the sweep, plus one packed row of 9 int64 per (device,
+window) and per (device, phase instance) with time in it (``RowStore``; docs/efficiency.md gives
+the cost); the published state is bounded by ``recent`` windows and instances per phase name,
+and its records wait in a temporary file (``state_json()`` splices ``summary.json``).
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryRecord, SummaryState
+from prvstream.sinks.summary.spill import SpilledFolder
 
 __all__ = ["EfficiencyModel"]
 
@@ -95,7 +95,7 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
         #: ``hold_updates``: the windows and phase instances the group touched
         self._held: tuple[set[int], array[int]] | None = None
         self._updates: list[SummaryRecord] = []
-        self._folder = SummaryFolder(recent=recent)
+        self._folder = SpilledFolder(recent=recent)
         #: names shown per top-N table (then one "other" row)
         self.top = max(int(top), 1)
         self._tables = Tables()

@@ -20,8 +20,8 @@ from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.efficiency.tables import Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
+from prvstream.sinks.summary.spill import SpilledFolder
 
 if TYPE_CHECKING:
     from prvstream.sinks.efficiency.model import EfficiencyModel
@@ -284,7 +284,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
     m._last_report = state.last[1] if state.last is not None else ""
     m._span = None if state.span is None else (state.span[0], state.span[1])
     if published is not None:
-        m._folder = SummaryFolder(published, recent)
+        m._folder = SpilledFolder(published, recent)
     else:
         m._rebuild_state()
     return m

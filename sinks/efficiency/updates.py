@@ -12,8 +12,9 @@ import numpy as np
 from prvstream.sinks.efficiency.parts import Pending
 from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.fold import SummaryFolder, fold
-from prvstream.sinks.summary.records import SummaryRecord, SummaryState
+from prvstream.sinks.summary.fold import fold
+from prvstream.sinks.summary.records import SummaryRecord, SummaryState, encode_record
+from prvstream.sinks.summary.spill import SpilledFolder
 
 __all__ = ["UpdateQueue"]
 
@@ -26,7 +27,7 @@ class UpdateQueue(RecordViews):
     _held: tuple[set[int], array[int]] | None
     _pending: Pending | None
     _updates: list[SummaryRecord]
-    _folder: SummaryFolder
+    _folder: SpilledFolder
 
     if TYPE_CHECKING:
         def _window_span(self, start: int, end: int) -> range: ...  # DeviceSweep
@@ -103,7 +104,7 @@ class UpdateQueue(RecordViews):
 
     def _rebuild_state(self) -> None:
         """The bounded state built afresh from the tables (after a restore or a merge)."""
-        folder = self._folder = SummaryFolder(recent=self._folder.recent)
+        folder = self._folder = SpilledFolder(recent=self._folder.recent)
         if not self._reports:
             return
         for nid in sorted(range(len(self._names)), key=lambda n: self._names[n].name):
@@ -125,6 +126,13 @@ class UpdateQueue(RecordViews):
         if not self._reports:
             return fold([self._cumulative()], recent=self._folder.recent)
         return self._folder.state()
+
+    def state_json(self) -> bytes:
+        """``encode_record(self.state())`` (``summary.json``), spliced from the kept records'
+        bytes (they wait in a temporary file, not in memory)."""
+        if not self._reports:
+            return encode_record(self.state())
+        return self._folder.state_json()
 
     def _produce(self, p: Pending) -> Iterator[SummaryRecord]:
         built = p.built

@@ -269,3 +269,43 @@ def test_state_lists_name_totals_and_older_readers_still_end_on_cumulative(
     raw["schema"] = 1
     old = decode_state(msgspec.json.encode(raw))
     assert old.phase_totals == [] and old.recent == 0
+
+
+def test_the_kept_records_wait_on_disk_and_summary_json_is_spliced_from_them(
+        tmp_path: Path) -> None:
+    """The model's folded state holds keys, not records; its ``summary.json`` bytes are those
+    of the decoded state, and a folder restored from them continues identically."""
+    from prvstream.sinks.summary.spill import SpilledFolder
+
+    model, _, _ = _feed(tmp_path / "summary.jsonl")
+    folder = model._folder
+    assert isinstance(folder, SpilledFolder)
+    held = [*folder.windows.values(), *folder.totals.values(),
+            *(r for by_occ in folder.phases.values() for r in by_occ.values())]
+    assert held and all(not r.devices for r in held)  # placeholders: nothing per device
+    state = model.state()
+    assert len(state.windows) == 2 and len(state.phases) == 2 and state.devices
+    assert model.state_json() == encode_record(state)
+    again = SpilledFolder(state, recent=1)
+    assert again.state_json() == encode_record(fold([], state, recent=1))
+    small = SpilledFolder(recent=1)
+    for r in [*state.windows, *state.phases]:
+        small.add(r)
+    assert [w.index for w in small.state().windows] == [state.windows[-1].index]
+    assert small.state_json() == encode_record(small.state())
+
+
+def test_the_spilled_records_file_is_rewritten_without_its_dead_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prvstream.sinks.summary import spill
+
+    monkeypatch.setattr(spill, "_COMPACT_BYTES", 0)
+    model, _, _ = _feed(tmp_path / "summary.jsonl")
+    state = model.state()
+    folder = spill.SpilledFolder(recent=2)
+    for _ in range(5):  # every record replaced: the file keeps only the latest of each
+        for r in [*state.windows, *state.phases, *state.phase_totals]:
+            folder.add(r)
+    assert folder._live == sum(r.length for r in folder.refs.values())
+    assert folder._end <= 2 * folder._live  # 5 copies of each were written: dead ones dropped
+    assert folder.state().windows == state.windows and folder.state().phases == state.phases

@@ -1,0 +1,160 @@
+"""A ``SummaryFolder`` whose kept records wait on disk, not in memory.
+
+Records that list every device (cumulative, phase totals, windows, phase instances) grow with
+the job: 3 KB a device for the few of them ``summary.json`` keeps. The folded state keeps
+their JSON in an unlinked temporary file and only their keys in memory; ``summary.json`` is
+spliced from those bytes (the same bytes ``encode_record`` gives the decoded state).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from typing import IO, NamedTuple
+
+from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.fold import SummaryFolder
+from prvstream.sinks.summary.records import (
+    DEFAULT_RECENT,
+    SCHEMA_VERSION,
+    SummaryRecord,
+    SummaryState,
+    decode_record,
+    encode_record,
+    zero_metrics,
+)
+
+__all__ = ["SpilledFolder"]
+
+log = get_logger(__name__)
+
+#: rewrite the file once dead records are this many bytes and more than the live ones
+_COMPACT_BYTES = 1 << 22
+
+
+class _Ref(NamedTuple):
+    """Where a record's JSON is in the file, and what the state sorts phases by."""
+
+    offset: int
+    length: int
+    start_ns: int
+    name: str
+    number: int
+
+
+class SpilledFolder(SummaryFolder):
+    """``SummaryFolder`` with the records' JSON in a temporary file (``refs`` in memory)."""
+
+    def __init__(self, state: SummaryState | None = None,
+                 recent: int = DEFAULT_RECENT) -> None:
+        self._file: IO[bytes] | None = None
+        self._end = 0
+        self._live = 0
+        self.refs: dict[tuple[str, str, int], _Ref] = {}
+        super().__init__(None, recent)
+        if state is not None:
+            for r in (*state.windows, *state.phases, *state.phase_totals):
+                self.add(r)
+            self._put(("cumulative", "", 0), SummaryRecord(
+                **{f: getattr(state, f) for f in SummaryRecord.__struct_fields__}))
+
+    def add(self, record: SummaryRecord) -> None:
+        """Fold one record in (its JSON goes to the file, its key stays in memory)."""
+        view = record.view
+        if view == "window":
+            self._put((view, "", record.index), record)
+            self.windows[record.index] = _PLACEHOLDER
+            if len(self.windows) > 2 * self.recent:
+                self._trim_refs(self.windows, view, "")
+        elif view == "phase":
+            self._put((view, record.name, record.index), record)
+            by_occ = self.phases.setdefault(record.name, {})
+            by_occ[record.index] = _PLACEHOLDER
+            if len(by_occ) > 2 * self.recent:
+                self._trim_refs(by_occ, view, record.name)
+        elif view == "phase_total":
+            self._put((view, record.name, 0), record)
+            self.totals[record.name] = _PLACEHOLDER
+        elif view == "cumulative":
+            self._put((view, "", 0), record)
+
+    def _trim_refs(self, rows: dict[int, SummaryRecord], view: str, name: str) -> None:
+        for key in sorted(rows)[:-self.recent]:
+            del rows[key]
+            ref = self.refs.pop((view, name, key))
+            self._live -= ref.length
+
+    def _put(self, key: tuple[str, str, int], record: SummaryRecord) -> None:
+        data = encode_record(record)[:-1]  # without the newline
+        fh = self._file
+        if fh is None:
+            fh = self._file = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
+            weakref.finalize(self, fh.close)  # closed with the folder (the file is unlinked)
+        old = self.refs.get(key)
+        if old is not None:
+            self._live -= old.length
+        os.pwrite(fh.fileno(), data, self._end)
+        self.refs[key] = _Ref(self._end, len(data), record.start_ns, record.name,
+                              record.index)
+        self._end += len(data)
+        self._live += len(data)
+        dead = self._end - self._live
+        if dead > _COMPACT_BYTES and dead > self._live:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the live records into a new file."""
+        old = self._file
+        assert old is not None
+        new = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
+        end = 0
+        for key, ref in list(self.refs.items()):
+            data = os.pread(old.fileno(), ref.length, ref.offset)
+            os.pwrite(new.fileno(), data, end)
+            self.refs[key] = ref._replace(offset=end)
+            end += ref.length
+        old.close()
+        weakref.finalize(self, new.close)
+        self._file, self._end, self._live = new, end, end
+
+    def _read(self, ref: _Ref) -> bytes:
+        assert self._file is not None
+        return os.pread(self._file.fileno(), ref.length, ref.offset)
+
+    def _parts(self) -> tuple[bytes, list[bytes], list[bytes], list[bytes]]:
+        """JSON of the cumulative record, the windows, phases and phase totals ``state``
+        holds, in its order."""
+        n = self.recent
+        base = self.refs.get(("cumulative", "", 0))
+        head = self._read(base) if base is not None else encode_record(SummaryRecord(
+            schema=SCHEMA_VERSION, job="", view="cumulative", start_ns=0, end_ns=0,
+            span_ns=0, metrics=zero_metrics(), devices=[]))[:-1]
+        windows = [self._read(self.refs["window", "", k]) for k in sorted(self.windows)[-n:]]
+        phases = [self.refs["phase", name, k] for name, by_occ in self.phases.items()
+                  for k in sorted(by_occ)[-n:]]
+        phases.sort(key=lambda r: (r.start_ns, r.name, r.number))
+        totals = [self._read(self.refs["phase_total", name, 0])
+                  for name in sorted(self.totals)]
+        return head, windows, [self._read(r) for r in phases], totals
+
+    def state(self) -> SummaryState:
+        head, windows, phases, totals = self._parts()
+        base = decode_record(head)
+        fields = {f: getattr(base, f) for f in SummaryRecord.__struct_fields__}
+        return SummaryState(**fields, windows=[decode_record(w) for w in windows],
+                            phases=[decode_record(p) for p in phases],
+                            phase_totals=[decode_record(t) for t in totals],
+                            recent=self.recent)
+
+    def state_json(self) -> bytes:
+        """``encode_record(self.state())``, spliced from the records' bytes."""
+        head, windows, phases, totals = self._parts()
+        return b"".join((head[:-1], b',"windows":[', b",".join(windows), b'],"phases":[',
+                         b",".join(phases), b'],"phase_totals":[', b",".join(totals),
+                         b'],"recent":', str(self.recent).encode(), b"}\n"))
+
+
+#: what the key dicts of the base class hold instead of records
+_PLACEHOLDER = SummaryRecord(schema=SCHEMA_VERSION, job="", view="", start_ns=0, end_ns=0,
+                             span_ns=0, metrics=zero_metrics(), devices=[])

@@ -252,8 +252,12 @@ class JobJournal:
                                       root=os.fspath(root)))
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> JobJournal | None:
-        """The journal at ``path``; ``None`` when absent; ``JournalCorrupt`` when unreadable."""
+    def load(cls, path: str | os.PathLike[str], *, _again: int = 2) -> JobJournal | None:
+        """The journal at ``path``; ``None`` when absent; ``JournalCorrupt`` when unreadable.
+
+        Read without the job's lock (``prvstream finalize`` reads before it asks for it), a
+        commit of the running daemon may replace the files it names in between: read again.
+        """
         path = Path(path)
         try:
             raw = path.read_bytes()
@@ -277,7 +281,16 @@ class JobJournal:
             raise JournalCorrupt(
                 f"journal {path} was written by a newer prvstream (version {state.version} > "
                 f"{JOURNAL_VERSION}); upgrade prvstream or move the journal aside")
-        return cls(path, state)
+        try:
+            return cls(path, state)
+        except JournalCorrupt:
+            try:
+                replaced = path.read_bytes() != raw
+            except OSError:
+                replaced = False
+            if _again <= 0 or not replaced:
+                raise
+            return cls.load(path, _again=_again - 1)
 
     def commit(self) -> None:
         """Append the new report entries (fsynced), then durably replace the journal file,

@@ -339,3 +339,28 @@ def test_ids_survive_any_sequence_of_commits(tmp_path_factory: pytest.TempPathFa
         assert again.state.numbering == j.state.numbering
         assert len(list(j.path.parent.glob("*.ids.*"))) == 1
     assert b'"tasks":[]' in j.path.read_bytes()  # not in the journal file itself
+
+
+def test_a_journal_replaced_while_it_is_read_is_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prvstream finalize`` reads a journal before taking the job's lock: a commit of the
+    running daemon may drop the entries file the header it read names."""
+    j = _filled(tmp_path)
+    j.commit()
+    old = j.path.read_bytes()
+    j.reports.replace_all(lambda entry: None)  # a rewrite: a new entries file
+    j.commit()  # the one ``old`` names is dropped
+    real = Path.read_bytes
+    reads: list[Path] = []
+
+    def stale_first(self: Path) -> bytes:
+        reads.append(self)
+        return old if self == j.path and len(reads) == 1 else real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", stale_first)
+    again = JobJournal.load(j.path)
+    assert again is not None and list(again.reports) == list(j.reports)
+    assert reads.count(j.path) >= 2
+    monkeypatch.setattr(Path, "read_bytes", lambda self: old)  # never replaced: corrupt
+    with pytest.raises(JournalCorrupt):
+        JobJournal.load(j.path)

@@ -58,6 +58,10 @@ log = get_logger(__name__)
 
 #: smallest chunk a report gets when many reports share the chunk budget
 _MIN_SHARED_CHUNK = 512
+#: a report of at most this many rows (and ``chunk_rows``) is read whole and sorted once
+#: (``pipeline.report_stream``): with ``fan_in`` reports open, at most fan-in x this many rows
+#: are held whatever ``--chunk-rows`` says
+_WHOLE_ROWS = 4096
 
 
 @dataclass
@@ -167,7 +171,8 @@ def write_trace(
         target = sink_for(rep) if sink_for is not None else sink
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
-                                     result.kind_records, whole_rows=settings.chunk_rows)
+                                     result.kind_records,
+                                     whole_rows=min(settings.chunk_rows, _WHOLE_ROWS))
             note_hostile(result.hostile, rep.path.name, ctx.hostile)
         finally:
             rep.close()

@@ -30,6 +30,8 @@ def _records_line(result: ConvertResult, prv: Path) -> str:
     """``N records = a kernel + b links + ...``: per-kind Paraver records that add up."""
     parts = " + ".join(f"{n:,} {user_kind(k)}" for k, n in
                        sorted(result.kind_records.items(), key=lambda kv: (-kv[1], kv[0])) if n)
+    if parts and result.repeated:
+        parts += f" - {result.repeated:,} repeated by overlapping reports"
     skipped = f" ({_plural(len(result.failed), 'input')} skipped)" if result.failed else ""
     return (f"prvstream: {_plural(len(result.reports), 'report')}{skipped} -> {prv}: "
             f"{_plural(result.records, 'record')}" + (f" = {parts}" if parts else "")

@@ -23,6 +23,7 @@ from prvstream.daemon.live.blockclip import Clips, clip_batch, clips_of
 from prvstream.daemon.live.blockparse import BlockUnreadable, Renumber, parse_lines
 from prvstream.daemon.live.blockstore import BlockStore, CodesSource, CodesWriter, ReportMeta
 from prvstream.daemon.stream.blockcodes import codes_of, split_codes
+from prvstream.daemon.stream.dedupe import drop_repeats, shares_processes
 from prvstream.daemon.stream.merge import Stream, merge_bounded
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import numbering_of, trace_metadata, track_thread_last
@@ -351,6 +352,9 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
             writer = PrvWriter(fh)
             # even one block is merged: renumbering reorders records that share a time
             merged = merge_bounded(streams, fan_in)
+            if shares_processes({(h, p) for h, p, *_ in m.objects}
+                                for m in [*metas, *([extra.meta] if extra else [])]):
+                merged = drop_repeats(merged)  # overlapping capture ranges of one process
             for batch, _ in merged:
                 if not len(batch):
                     continue

@@ -38,7 +38,7 @@ from prvstream.daemon.scale.tasks import (
     plan_report,
 )
 from prvstream.daemon.stream.batch import expand_inputs
-from prvstream.daemon.stream.claims import earlier_claims
+from prvstream.daemon.stream.claims import earlier_claims, overlapping
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import ConvertResult, numbering_of, trace_metadata
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -93,6 +93,11 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
         raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
                           "(each reason is logged as input_rejected)")
     ordered = sorted(facts, key=lambda f: f.sort_key)
+    if overlapping([f.claims for f in ordered]):
+        # the ranges are merged apart, sized before the merge: records two reports both
+        # hold are dropped by one merge of every report (stream.dedupe) only
+        log.warning("dask_overlapping_capture_ranges_converting_here", out=str(out))
+        raise NumberingDiverged
     origin = min(f.wall_start for f in ordered)
     numbering = numbering_of((f.objects, f.values) for f in ordered)
     planned = sum(f.planned_rows for f in ordered)
@@ -140,7 +145,9 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
 
 
 class NumberingDiverged(Exception):
-    """A worker registered ids the canonical numbering did not hold: convert in-process."""
+    """A worker registered ids the canonical numbering did not hold, or capture ranges of
+    one process overlap (their repeated records are dropped by one merge): convert
+    in-process."""
 
 
 def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, origin: int,

@@ -18,7 +18,8 @@ from prvstream.sinks.logger import get_logger
 if TYPE_CHECKING:
     from prvstream.daemon.stream.pipeline import PreparedReport
 
-__all__ = ["Claim", "ClaimBook", "earlier_claims", "host_claims", "relative_spans"]
+__all__ = ["Claim", "ClaimBook", "earlier_claims", "host_claims", "overlapping",
+           "relative_spans"]
 
 log = get_logger(__name__)
 
@@ -73,3 +74,19 @@ def relative_spans(claims: Iterable[Claim], origin_wall: int
     for spans in out.values():
         spans.sort()
     return out
+
+
+def overlapping(per_report: Sequence[list[Claim]]) -> bool:
+    """Whether two reports claim one process over overlapping spans (overlapping capture
+    ranges of one process, whose records the merge writes once: ``stream.dedupe``)."""
+    spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for claims in per_report:
+        mine: dict[tuple[str, int], tuple[int, int]] = {}
+        for host, pid, _, lo, hi in claims:
+            a, b = mine.get((host, pid), (lo, hi))
+            mine[(host, pid)] = (min(a, lo), max(b, hi))
+        for key, (lo, hi) in mine.items():
+            if any(lo < b and a < hi for a, b in spans.get(key, [])):
+                return True
+            spans.setdefault(key, []).append((lo, hi))
+    return False

@@ -19,6 +19,7 @@ from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.stream.claims import earlier_claims, host_claims
+from prvstream.daemon.stream.dedupe import Repeats, drop_repeats, shares_processes
 from prvstream.daemon.stream.merge import (
     KEY_TIME,
     RecordBatch,
@@ -74,6 +75,9 @@ class ConvertResult:
     #: Paraver records written per kind (they add up to ``records``)
     kind_records: Counter[str] = field(default_factory=Counter)
     records: int = 0
+    #: records dropped as repeating an earlier report's (overlapping capture ranges of one
+    #: process, ``stream.dedupe``): ``kind_records`` minus these add up to ``records``
+    repeated: int = 0
     #: rows dropped or clamped as hostile (``kinds.bounds``), by report name then
     #: ``"<kind> <what>"``; reports with none are absent
     hostile: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -154,6 +158,7 @@ def write_trace(
     ids = canonical_numbering(ordered) if numbering is None else numbering
     planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
+    repeating = shares_processes({(h, p) for h, p, *_ in objects_of(r)} for r in ordered)
     if len(ordered) > 1:  # planned: free every connection until its report streams
         for rep in ordered:
             rep.close()
@@ -193,6 +198,9 @@ def write_trace(
             writer = PrvWriter(fh)
             # one report's stream is already merged; several are merged with bounded fan-in
             merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
+            repeats = Repeats()
+            if repeating:  # overlapping capture ranges of one process hold records twice
+                merged = drop_repeats(merged, repeats)
             for batch, _ in merged:
                 if not len(batch):
                     continue
@@ -216,6 +224,7 @@ def write_trace(
         raise
     records, end_time = writer.records, writer.end_time
     result.records = records
+    result.repeated = repeats.dropped
     result.end_time = end_time
     result.numbering = ids
     result.origin = origin

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,32 @@ def test_gpu_activity_of_overlapping_reports_counts_once(
     for k in ("parallel_efficiency", "load_balance", "communication_efficiency"):
         assert out["parts"]["metrics"][k] == pytest.approx(out["whole"]["metrics"][k],
                                                            rel=rel), k
+
+
+@pytest.mark.parametrize("cuts", [((0.0, 0.7), (0.3, 1.0)), ((0.0, 0.5), (0.2, 0.8), (0.4, 1.0))])
+def test_a_record_overlapping_reports_both_hold_is_written_once(
+        cuts: tuple[tuple[float, float], ...], tmp_path: Path) -> None:
+    """The trace of overlapping capture ranges that together hold one run has the run's
+    events and links, each once, and its GPU rows' states (``stream.dedupe``); the host
+    states differ, cut where a range's span ends, and so does an NVTX push/pop range that
+    ends where a later range holds its end but not the push of the range around it: that
+    one writes 0 beside the earlier range's restoring value (three ranges here)."""
+    whole, *parts = overlapping_parts(tmp_path, ((0.0, 1.0), *cuts))
+    lines = {}
+    for name, inputs in (("whole", [whole]), ("parts", parts)):
+        assert cli("convert", *map(str, inputs), "-o", str(tmp_path / name),
+                   "--no-progress") == 0
+        prv = tmp_path / f"{name}.prv"
+        lines[name] = prv.read_text().splitlines()[1:]
+        host = host_states(prv)
+        lines[name + " gpu states"] = [ln for ln in lines[name] if ln.startswith("1:") and
+                                       tuple(map(int, ln.split(":")[3:5])) not in host]
+    whole_events = {ln.rsplit(":", 1)[0] for ln in lines["whole"] if ln.startswith("2:")}
+    for kind in ("2:", "3:"):
+        got = sorted(ln for ln in lines["parts"] if ln.startswith(kind)
+                     and not (re.fullmatch(r"2:0:1:\d+:\d+:\d+:9\d00:0", ln)
+                              and ln.rsplit(":", 1)[0] in whole_events
+                              and ln not in lines["whole"]))
+        assert got == sorted(ln for ln in lines["whole"] if ln.startswith(kind)), kind
+    assert sorted(lines["parts gpu states"]) == sorted(lines["whole gpu states"])
+    assert (tmp_path / "parts.row").read_text() == (tmp_path / "whole.row").read_text()

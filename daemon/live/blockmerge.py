@@ -340,6 +340,8 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
                                            clips) for b in blocks]
     if extra is not None:
         streams.append(extra.stream(live, int(position[-1])))
+    repeats = shares_processes({(h, p) for h, p, *_ in m.objects}
+                               for m in [*metas, *([extra.meta] if extra else [])])
     result = MergeResult(origin=origin, numbering=target)
     capacity = paraver_capacity(target.layout(), origin, header_capacity)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{out_prv.name}.", suffix=".tmp",
@@ -352,9 +354,8 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
             writer = PrvWriter(fh)
             # even one block is merged: renumbering reorders records that share a time
             merged = merge_bounded(streams, fan_in)
-            if shares_processes({(h, p) for h, p, *_ in m.objects}
-                                for m in [*metas, *([extra.meta] if extra else [])]):
-                merged = drop_repeats(merged)  # overlapping capture ranges of one process
+            if repeats:  # overlapping capture ranges of one process hold records twice
+                merged = drop_repeats(merged)
             for batch, _ in merged:
                 if not len(batch):
                     continue
@@ -376,7 +377,7 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
         tmp.unlink(missing_ok=True)
         raise
     result.records, result.end_time = writer.records, writer.end_time
-    if result.records != total and not recut and not clips and extra is None:
+    if result.records != total and not recut and not clips and not repeats and extra is None:
         log.warning("block_merge_records", written=result.records, committed=total,
                     job=state.job_dir)
     log.info("blocks_merged", job=state.job_dir, blocks=len(blocks), records=result.records,

@@ -25,6 +25,7 @@ from prvstream.daemon.live.blockmerge import block_stream
 from prvstream.daemon.live.blockparse import Renumber
 from prvstream.daemon.live.blockstore import CodesFile
 from prvstream.daemon.stream.blockcodes import codes_of
+from prvstream.daemon.stream.dedupe import drop_repeats
 from prvstream.daemon.stream.merge import KEY_TIME, Stream, merge_bounded
 from prvstream.daemon.stream.trace import track_thread_last
 from prvstream.sinks.logger import get_logger
@@ -95,6 +96,9 @@ class FinalizeJob:
     #: host states that yield to earlier overlapping reports (``blockclip``)
     clips: Clips
     scratch: str
+    #: a process is in several reports: drop records repeating an earlier report's
+    #: (``stream.dedupe``; equal records share a time, so never a range boundary)
+    repeats: bool = False
 
 
 @dataclass
@@ -171,7 +175,8 @@ def merge_block_range(job: FinalizeJob, index: int, lo: int | None, hi: int | No
     try:
         with text_part.open("wb") as fh, codes_part.open("wb") as cfh:
             writer = PrvWriter(fh)
-            for batch, _ in merge_bounded(streams, job.fan_in, tmpdir=job.scratch):
+            merged = merge_bounded(streams, job.fan_in, tmpdir=job.scratch)
+            for batch, _ in drop_repeats(merged) if job.repeats else merged:
                 if not len(batch):
                     continue
                 writer.write(batch)

@@ -45,6 +45,7 @@ from prvstream.daemon.live.blockrange import (
 from prvstream.daemon.live.blockstore import BlockStore, CodesWriter
 from prvstream.daemon.scale.cluster import get_client, worker_count
 from prvstream.daemon.scale.runs import RunInfo, split_times
+from prvstream.daemon.stream.dedupe import shares_processes
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import trace_metadata
 from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
@@ -191,7 +192,9 @@ def merge_blocks_on_dask(spec: str, store: BlockStore, prv: Path, out_prv: Path,
                                                                             clips))
         job = FinalizeJob(prv=str(prv), codes=str(codes_copy), renumber=ren,
                           position=position, journal_of=np.argsort(position), fan_in=fan_in,
-                          chunk=chunk, recut=recut, clips=clips, scratch=str(scratch))
+                          chunk=chunk, recut=recut, clips=clips, scratch=str(scratch),
+                          repeats=shares_processes({(h, p) for h, p, *_ in m.objects}
+                                                   for m in metas))
         shared = client.scatter(job, broadcast=True)
         futures = [client.submit(merge_block_range, shared, k, lo, hi, slices, pure=False,
                                  retries=_RETRIES, key=f"finalize-range-{k}-{id(plan)}")
@@ -249,7 +252,7 @@ def merge_blocks_on_dask(spec: str, store: BlockStore, prv: Path, out_prv: Path,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     ended = time.perf_counter()
-    if result.records != total and not recut and not clips:
+    if result.records != total and not recut and not clips and not job.repeats:
         log.warning("block_merge_records", written=result.records, committed=total,
                     job=state.job_dir)
     log.info("dask_finalize_ranges", job=state.job_dir, blocks=len(blocks), ranges=len(plan),

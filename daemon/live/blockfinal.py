@@ -178,9 +178,6 @@ def _merge(trace: LiveTrace, extra: ExtraReport | None, origin: int | None, capa
         store.codes_path(name).unlink(missing_ok=True)
         raise
     codes.close()
-    if extra is None:  # clipping and repeats dropped: the one block holds what was written
-        entries = state.reports
-        entries[-1].records += merged.records - sum(e.records for e in entries)
     result = result if result is not None else ConvertResult()
     result.records, result.end_time = merged.records, merged.end_time
     result.numbering, result.origin = merged.numbering, merged.origin

@@ -132,9 +132,18 @@ def adopt_rewrite(trace: LiveTrace, tmp_out: Path, numbering: Numbering | None,
     state.prv_length = trace.prv.stat().st_size
     state.end_time = result.end_time
     length = state.prv_length
+    entries = trace.journal.reports
+    # a canonical rewrite may clip host states and drop repeated records (overlapping capture
+    # ranges): the last entry takes the difference, so the entries add up to the one block
+    short = result.records - sum(e.records for e in entries) if numbering is None else 0
+    state.records_total += short
+    left = [len(entries)]
 
     def whole(entry: ReportEntry) -> None:
         entry.block_start, entry.block_end = header_len, length
+        left[0] -= 1
+        if not left[0]:
+            entry.records += short
 
     trace.journal.reports.replace_all(whole)
     trace.thread_last = dict(thread_last)

@@ -5,6 +5,7 @@ is in every part whose range covers it (as two overlapping captures of one proce
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sqlite3
 from collections import defaultdict
@@ -15,7 +16,7 @@ from prvstream.daemon.synthetic.spec import SynthSpec
 from prvstream.daemon.synthetic.synth import write_export
 from tests.compat.basicanalysis import HOST_ROW
 
-__all__ = ["host_states", "keep_range", "overlapping_parts"]
+__all__ = ["host_states", "keep_range", "one_state_at_a_time", "overlapping_parts"]
 
 
 def keep_range(path: Path, lo: float, hi: float) -> None:
@@ -69,3 +70,12 @@ def host_states(out: Path) -> dict[tuple[int, int], list[tuple[int, int, int]]]:
             if f[0] == "1" and (int(f[3]), int(f[4])) in host:
                 states[(int(f[3]), int(f[4]))].append((int(f[5]), int(f[6]), int(f[7])))
     return states
+
+
+def one_state_at_a_time(states: dict[tuple[int, int], list[tuple[int, int, int]]]) -> None:
+    """Assert that no two host states of one row overlap (``host_states``; sorts them)."""
+    assert states, "the export has host threads with CUDA runtime calls"
+    for obj, recs in states.items():
+        recs.sort()
+        for (_, e0, _), (b1, _, _) in itertools.pairwise(recs):
+            assert e0 <= b1, f"host states overlap on {obj}: ends {e0}, next begins {b1}"

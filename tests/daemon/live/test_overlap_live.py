@@ -4,7 +4,6 @@ byte for byte, in process and through a real daemon."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import sqlite3
@@ -17,16 +16,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from prvstream.daemon.config import load_settings
 from prvstream.daemon.live.blockstore import ReportMeta
-from prvstream.daemon.live.journal import JobJournal
-from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.stream.pipeline import prepare
 from prvstream.daemon.synthetic.synth import SynthSpec
 from tests.daemon.daemon_proc import DaemonProcess, place_atomically, run_cli
-from tests.daemon.overlap import host_states, overlapping_parts
+from tests.daemon.live.test_blockmerge import _live
+from tests.daemon.overlap import host_states, one_state_at_a_time, overlapping_parts
 from tests.prv_check import validate
 
 __all__: list[str] = []
@@ -42,16 +39,6 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     spec = SynthSpec(ranks=2, steps=6, seed=3)
     return [p for rank, cuts in CUTS.items()
             for p in overlapping_parts(src, cuts, spec, rank)]
-
-
-def _live(tmp: Path, skew: float) -> tuple[Path, LiveTrace]:
-    job = tmp / "job"
-    job.mkdir(parents=True)
-    conf = load_settings(None, {"state_dir": str(tmp / "state"), "skew_allowance": skew,
-                                "fan_in": 2}, environ={})
-    journal = JobJournal.open(conf.state_dir, job)
-    journal.lock()
-    return job, LiveTrace(journal, job / "prvstream", "job", conf)
 
 
 @settings(max_examples=8, deadline=None, phases=[Phase.explicit, Phase.generate],
@@ -119,11 +106,7 @@ def test_in_time_order_the_live_trace_itself_has_no_overlapping_host_states(
         trace.append(target, report_identity(target))
     trace.close()
     states = host_states(trace.prv)
-    assert states
-    for obj, recs in states.items():
-        recs.sort()
-        for (_, e0, _), (b1, _, _) in itertools.pairwise(recs):
-            assert e0 <= b1, f"host states overlap on {obj}: ends {e0}, next begins {b1}"
+    one_state_at_a_time(states)
 
 
 def test_metas_of_an_older_prvstream_without_claims_finalize_from_the_exports(
@@ -178,11 +161,7 @@ def test_a_later_report_yields_to_the_committed_ones_when_appended(tmp_path: Pat
         results.append(trace.append(target, report_identity(target)))
     assert not results[1].compacted
     states = host_states(trace.prv)
-    assert states
-    for obj, recs in states.items():
-        recs.sort()
-        for (_, e0, _), (b1, _, _) in itertools.pairwise(recs):
-            assert e0 <= b1, f"host states overlap on {obj}: ends {e0}, next begins {b1}"
+    one_state_at_a_time(states)
     convert([str(job)], tmp_path / "batch", trace.settings)
     trace.finalize()
     trace.close()

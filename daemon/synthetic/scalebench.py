@@ -32,7 +32,7 @@ from prvstream.daemon.synthetic.synth import SynthSpec, export_name, steps_for_r
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["MODES", "ScaleArgs", "run_scale"]
+__all__ = ["MODES", "ScaleArgs", "exports_once", "run_scale"]
 
 log = get_logger(__name__)
 
@@ -120,7 +120,7 @@ def _same(a: Path, b: Path) -> bool:
                 return True
 
 
-def _exports(directory: Path, spec: SynthSpec) -> list[Path]:
+def exports_once(directory: Path, spec: SynthSpec) -> list[Path]:
     """Every rank's export of ``spec`` (written once: a rerun reuses them)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
@@ -135,7 +135,7 @@ def _exports(directory: Path, spec: SynthSpec) -> list[Path]:
 
 def _small_job(directory: Path, reports: int, layers: int = 12) -> list[Path]:
     """``reports`` one-rank exports (about 1,200 records each; ``layers=1``: about 150)."""
-    return _exports(directory, SynthSpec(ranks=reports, hosts=max(1, reports // 8), steps=1,
+    return exports_once(directory, SynthSpec(ranks=reports, hosts=max(1, reports // 8), steps=1,
                                          layers=layers))
 
 
@@ -146,7 +146,7 @@ def bench_many(a: ScaleArgs, work: Path) -> dict[str, Any]:
     one = SynthSpec(ranks=1)
     rows = _job_rows(small[:5]) // min(5, len(small)) * reports
     one = SynthSpec(ranks=1, steps=steps_for_rows(rows, one))
-    big = _exports(work / f"big-{rows}", one)[0]
+    big = exports_once(work / f"big-{rows}", one)[0]
     extra = ("--fan-in", str(a.fan_in)) if a.fan_in else ()
     t_small: list[float] = []
     t_big: list[float] = []
@@ -309,7 +309,7 @@ def bench_dask(a: ScaleArgs, work: Path) -> dict[str, Any]:
     shape = SynthSpec(ranks=a.ranks, hosts=max(1, a.ranks // 4))
     shape = SynthSpec(ranks=a.ranks, hosts=max(1, a.ranks // 4),
                       steps=steps_for_rows(a.rows // a.ranks, shape))
-    exports = _exports(work / f"dask-{a.ranks}x{a.rows // a.ranks}", shape)
+    exports = exports_once(work / f"dask-{a.ranks}x{a.rows // a.ranks}", shape)
     inputs = [str(exports[0].parent)]
     loads = [_load()]
     t_one, rss_one = _convert(inputs, work / "one", work / "one.log", a.timeout)

@@ -32,7 +32,8 @@ from prvstream.daemon.config import load_settings
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
-from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_export
+from prvstream.daemon.synthetic.scalebench import exports_once
+from prvstream.daemon.synthetic.synth import SynthSpec
 
 _PRVSTREAM = [sys.executable, "-m", "prvstream.daemon"]
 OUTPUTS = (".prv", ".pcf", ".row")
@@ -45,16 +46,8 @@ def _sources(args: argparse.Namespace, work: Path) -> list[Path]:
             raise SystemExit(f"no real exports under {real_data_dir()} (PRVSTREAM_TEST_DATA)")
         return found
     folder = work / f"src-{args.reports}x{args.steps}"
-    folder.mkdir(parents=True, exist_ok=True)
     spec = SynthSpec(ranks=args.reports, hosts=max(1, args.reports // 8), steps=args.steps)
-    out = []
-    for rank in range(args.reports):
-        path = folder / export_name(spec, rank)
-        if not path.exists():
-            write_export(str(path) + ".tmp", spec, rank)
-            os.replace(str(path) + ".tmp", path)
-        out.append(path)
-    return out
+    return exports_once(folder, spec)
 
 
 def _build_job(sources: list[Path], base: Path, fan_in: int) -> tuple[Path, Path]:

@@ -26,6 +26,7 @@ from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from tests.conftest import real_exports
 from tests.daemon.overlap import overlapping_parts
+from tests.daemon.scale.nodask import assert_runs_without_dask
 
 
 def _finalized(tmp: Path, name: str, sources: list[Path], *, dask: str = "",
@@ -196,21 +197,11 @@ def test_recut_ranges_are_at_least_a_few_grid_cells_long() -> None:
 def test_without_dask_watch_and_finalize_never_import_distributed(tmp_path: Path) -> None:
     """The daemon's appends and finalize (blocks merged in this process) without ``--dask``:
     neither ``distributed`` nor ``dask`` is imported."""
-    import subprocess
-    import sys
-
     job = tmp_path / "root" / "job"
     write_job(job, SynthSpec(ranks=2, steps=1))
     (job / "prvstream.done").touch()
-    code = ("import sys; from prvstream.daemon.cli.main import cli; "
-            f"status = cli('watch', {str(job.parent)!r}, '--once', '--settle', '0', "
-            f"'--state', {str(tmp_path / 'state')!r}, '--log-level', 'error'); "
-            "assert status == 0, status; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask')); "
-            "assert not bad, bad")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PRVSTREAM_DASK": ""})
-    assert done.returncode == 0, done.stderr
+    assert_runs_without_dask('watch', str(job.parent), '--once', '--settle', '0',
+                             '--state', str(tmp_path / 'state'), '--log-level', 'error')
     convert([str(job)], tmp_path / "batch", load_settings(
         None, {"state_dir": str(tmp_path / "s")}, environ={}))
     # finalized: the canonical trace, which the live one (its origin skewed) is not

@@ -8,8 +8,6 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.paraver.fastfmt import WIDTH, template
 from prvstream.sinks.summary import encode_record
 from tests.conftest import real_exports
+from tests.daemon.scale.nodask import assert_runs_without_dask
 
 _OUTPUTS = (".prv", ".pcf", ".row", ".summary.jsonl")
 
@@ -65,15 +64,8 @@ def test_dask_from_environment_and_config_file(tmp_path: Path) -> None:
 
 def test_without_dask_distributed_is_never_imported(tmp_path: Path) -> None:
     src = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1))
-    code = ("import sys; from prvstream.daemon.cli.main import cli; "
-            f"status = cli('convert', {str(src[0].parent)!r}, '-o', "
-            f"{str(tmp_path / 'out')!r}, '--log-level', 'error'); "
-            "assert status == 0, status; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask')); "
-            "assert not bad, bad")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PRVSTREAM_DASK": ""})
-    assert done.returncode == 0, done.stderr
+    assert_runs_without_dask('convert', str(src[0].parent), '-o', str(tmp_path / 'out'),
+                             '--log-level', 'error')
 
 
 # -- runs and range merges ---------------------------------------------------------------

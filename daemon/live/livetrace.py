@@ -29,8 +29,9 @@ from prvstream.daemon.live import (
 from prvstream.daemon.live.blockstore import BlockStore, ReportMeta
 from prvstream.daemon.live.checkpoint import commit_with_checkpoint
 from prvstream.daemon.live.inputs import ReportIdentity
-from prvstream.daemon.live.journal import JobJournal, OutputDir, ReportEntry
+from prvstream.daemon.live.journal import JobJournal, ReportEntry
 from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
+from prvstream.daemon.live.outputdir import OutputDir
 from prvstream.daemon.live.published import Published
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from prvstream.daemon.live.journal import (
     JobJournal,
-    OutputDir,
     ReportEntry,
     ThreadTime,
     journal_path,
 )
+from prvstream.daemon.live.outputdir import OutputDir
 from prvstream.daemon.service.readiness import ReportIdentity
 from prvstream.daemon.stream.numbering import Numbering, clean_label, cpu_key, gpu_key
 from prvstream.sinks.errors import JournalCorrupt, OutputConflict

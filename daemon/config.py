@@ -101,6 +101,9 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     idle_finalize: float = 900.0
     #: converter workers
     workers: int = 2
+    #: files looked at for readiness at once, whatever the number waiting (0: max(4, 2 x
+    #: workers)); a flood of files waits in a queue of a few numbers each
+    readiness_checkers: int = 0
     #: per-job journals (local disk, never the shared file system)
     state_dir: str = msgspec.field(default_factory=default_state_dir)
     #: outputs go to DIR/<job relative to its root>/ instead of <job>/prvstream/
@@ -159,6 +162,8 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             ("settle", self.settle >= 0, "must not be negative"),
             ("idle_finalize", self.idle_finalize >= 0, "must not be negative"),
             ("workers", self.workers >= 1, "must be at least 1"),
+            ("readiness_checkers", self.readiness_checkers >= 0,
+             "must be 0 (max(4, 2 x workers)) or a count"),
             ("skew_allowance", self.skew_allowance >= 0, "must not be negative"),
             ("window", self.window > 0, "must be positive"),
             ("gap_threshold_ns", self.gap_threshold_ns >= 0, "must not be negative"),

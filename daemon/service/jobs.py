@@ -474,4 +474,5 @@ class Job:
         if self.journal is not None and self.trace is not None:
             pending = sum(isinstance(i, Append) for i in list(self.backlog)) - landed
             write_status(self.journal, self.trace, self.job_dir, self.shared.settings,
-                         StatusOf(self.health, self.flow.snapshot(), pending), self._ranks)
+                         StatusOf(self.health, self.flow.snapshot(), pending,
+                                  len(self.waiting)), self._ranks)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -27,10 +28,13 @@ __all__ = [
     "HEAD_BYTES",
     "Invalid",
     "NotYet",
+    "Pace",
     "Ready",
     "ReportIdentity",
+    "Settling",
     "Verdict",
     "check_export",
+    "look",
     "report_identity",
     "stat_signature",
     "wait_ready",
@@ -145,6 +149,89 @@ def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verd
     return Ready(after)
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How :func:`look` paces a file (shared by every file a service waits on)."""
+
+    settle: float
+    max_wait: float = 3600.0
+    first_delay: float | None = None
+    max_delay: float = 30.0
+    check_limit: float = CHECK_LIMIT
+
+    @property
+    def base(self) -> float:
+        return max(0.02, self.settle / 4) if self.first_delay is None else self.first_delay
+
+
+@dataclass(slots=True)
+class Settling:
+    """One file's progress toward Ready or Invalid between looks: a few numbers, no task."""
+
+    start: float
+    delay: float
+    stable_since: float
+    last_sig: tuple[int, int, int, int] | None = None
+    corrupt_sig: tuple[int, int, int, int] | None = None
+    corrupt_since: float = 0.0
+    reason: str = "never checked"
+    missing_since: float | None = None
+
+    @classmethod
+    def begin(cls, pace: Pace, now: float | None = None) -> Settling:
+        now = time.monotonic() if now is None else now
+        return cls(start=now, delay=pace.base, stable_since=now)
+
+
+async def look(path: Path, st: Settling, pace: Pace,
+               root: str | os.PathLike[str] | None = None) -> Ready | Invalid | float:
+    """One step of :func:`wait_ready` for ``path``: Ready, Invalid, or the seconds to wait
+    before the next look (``st`` carries what the looks so far found)."""
+    now = time.monotonic()
+    settle = pace.settle
+    try:
+        sig: tuple[int, int, int, int] | None = stat_signature(path)
+    except FileNotFoundError:
+        sig = None
+        st.reason = "the file does not exist"
+        if st.missing_since is None:
+            st.missing_since = now
+        elif now - st.missing_since >= settle:
+            log.info("export_gone", path=str(path))
+            return Invalid("the file disappeared", gone=True)
+    else:
+        st.missing_since = None
+    if sig is not None:
+        if sig != st.last_sig:
+            st.last_sig, st.stable_since, st.delay = sig, now, pace.base
+            st.reason = "still changing"
+        elif now - st.stable_since >= settle:
+            verdict = await _timed_check(path, root, pace.check_limit)
+            if isinstance(verdict, Ready):
+                return verdict
+            if isinstance(verdict, Invalid):  # pragma: no cover - check_export never does
+                return verdict
+            st.reason = verdict.reason
+            if verdict.corrupt:
+                if st.corrupt_sig != sig:
+                    st.corrupt_sig, st.corrupt_since = sig, time.monotonic()
+                elif time.monotonic() - st.corrupt_since >= settle:
+                    log.warning("export_invalid", path=str(path), reason=st.reason)
+                    return Invalid(st.reason)
+            else:
+                st.corrupt_sig = None
+    if now - st.start >= pace.max_wait:
+        log.warning("export_invalid", path=str(path), reason=st.reason, waited_s=pace.max_wait)
+        return Invalid(f"not complete after {pace.max_wait:g} s: {st.reason}")
+    pause = st.delay
+    if sig is not None and sig == st.last_sig and now - st.stable_since < settle:
+        pause = min(st.delay, settle - (now - st.stable_since))
+    if st.corrupt_sig is not None:
+        pause = min(pause, max(0.02, settle - (time.monotonic() - st.corrupt_since)))
+    st.delay = min(pace.max_delay, st.delay * 2)
+    return max(0.01, pause)
+
+
 async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
                      first_delay: float | None = None, max_delay: float = 30.0,
                      root: str | os.PathLike[str] | None = None,
@@ -160,59 +247,15 @@ async def wait_ready(path: Path, *, settle: float, max_wait: float = 3600.0,
     NFS attribute cache cannot condemn a file still being written). Cancel to stop waiting.
     Each check runs in a thread of its own pool for at most ``check_limit`` seconds (a hung
     file system costs a retry, never a stuck service); opens never block (``open_input``).
+    The daemon runs the same steps (:func:`look`) from a fixed pool of checkers instead.
     """
-    start = time.monotonic()
-    base = max(0.02, settle / 4) if first_delay is None else first_delay
-    delay = base
-    last_sig: tuple[int, int, int, int] | None = None
-    stable_since = start
-    corrupt_sig: tuple[int, int, int, int] | None = None
-    corrupt_since = 0.0
-    reason = "never checked"
-    missing_since: float | None = None
+    pace = Pace(settle, max_wait, first_delay, max_delay, check_limit)
+    st = Settling.begin(pace)
     while True:
-        now = time.monotonic()
-        try:
-            sig = stat_signature(path)
-        except FileNotFoundError:
-            sig = None
-            reason = "the file does not exist"
-            if missing_since is None:
-                missing_since = now
-            elif now - missing_since >= settle:
-                log.info("export_gone", path=str(path))
-                return Invalid("the file disappeared", gone=True)
-        else:
-            missing_since = None
-        if sig is not None:
-            if sig != last_sig:
-                last_sig, stable_since, delay = sig, now, base
-                reason = "still changing"
-            elif now - stable_since >= settle:
-                verdict = await _timed_check(path, root, check_limit)
-                if isinstance(verdict, Ready):
-                    return verdict
-                if isinstance(verdict, Invalid):  # pragma: no cover - check_export never does
-                    return verdict
-                reason = verdict.reason
-                if verdict.corrupt:
-                    if corrupt_sig != sig:
-                        corrupt_sig, corrupt_since = sig, time.monotonic()
-                    elif time.monotonic() - corrupt_since >= settle:
-                        log.warning("export_invalid", path=str(path), reason=reason)
-                        return Invalid(reason)
-                else:
-                    corrupt_sig = None
-        if now - start >= max_wait:
-            log.warning("export_invalid", path=str(path), reason=reason, waited_s=max_wait)
-            return Invalid(f"not complete after {max_wait:g} s: {reason}")
-        pause = delay
-        if sig is not None and sig == last_sig and now - stable_since < settle:
-            pause = min(delay, settle - (now - stable_since))
-        if corrupt_sig is not None:
-            pause = min(pause, max(0.02, settle - (time.monotonic() - corrupt_since)))
-        await anyio.sleep(max(0.01, pause))
-        delay = min(max_delay, delay * 2)
+        step = await look(path, st, pace, root)
+        if not isinstance(step, float):
+            return step
+        await anyio.sleep(step)
 
 
 async def _timed_check(path: Path, root: str | os.PathLike[str] | None, limit: float

@@ -38,6 +38,8 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     next_retry_ns: int = 0
     #: reports ready and waiting for the output side
     pending: int = 0
+    #: files found and not yet ready (settling or being checked for readiness)
+    checking: int = 0
     #: seconds the oldest waiting report has been ready; reports and records landed per
     #: minute / second over the last minute
     lag_s: float = 0.0
@@ -68,6 +70,8 @@ class StatusOf:
     flow: dict[str, float | int]
     #: reports ready and waiting for the output side
     pending: int
+    #: files found and not yet ready
+    checking: int = 0
 
 
 def write_status(journal: JobJournal, trace: LiveTrace, job_dir: Path, settings: Settings,
@@ -82,6 +86,7 @@ def write_status(journal: JobJournal, trace: LiveTrace, job_dir: Path, settings:
         quarantined=[{"path": q.path, "reason": q.reason} for q in state.quarantined],
         updated_ns=time.time_ns(), state=now.health.state, reason=now.health.reason,
         next_retry_ns=now.health.next_retry_ns, pending=now.pending,
+        checking=now.checking,
         lag_s=float(flow["lag_s"]), reports_per_min=float(flow["reports_per_min"]),
         records_per_s=float(flow["records_per_s"]),
         duplicates=[{"path": d.path, "of": d.of} for d in state.duplicates],

@@ -1,8 +1,9 @@
 """The daemon (``prvstream watch``): discovery, readiness, one writer per job, shutdown.
 
-An anyio task group runs discovery (native events or polling, plus an initial scan), one
-readiness waiter per candidate file, one writer task per job (appends run in worker threads,
-bounded by ``workers``), idle/marker finalization, the systemd watchdog and signal handling.
+An anyio task group runs discovery (native events or polling, plus an initial scan), a fixed
+pool of readiness checkers fed from a queue of candidate files, one writer task per job
+(appends run in worker threads, bounded by ``workers``), idle/marker finalization, the
+systemd watchdog and signal handling.
 SIGTERM/SIGINT stop taking work, roll back the block in progress and exit 0; SIGHUP is
 acknowledged (logs go to stderr/journald, nothing to reopen).
 """
@@ -20,18 +21,17 @@ import anyio
 import anyio.abc
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.nsys.exporter import export_with_nsys
 from prvstream.daemon.nsys.locate import Candidate, scan_once
+from prvstream.daemon.service.checkers import ReadinessPool, default_checkers
 from prvstream.daemon.service.discover import open_discovery
-from prvstream.daemon.service.jobs import Append, Finalize, Job, SetAside, Shared
+from prvstream.daemon.service.jobs import Finalize, Job, Shared
 from prvstream.daemon.service.notify import (
     notify_ready,
     notify_status,
     notify_stopping,
     run_watchdog,
 )
-from prvstream.daemon.service.readiness import Invalid, wait_ready
-from prvstream.sinks.errors import PrvstreamError
+from prvstream.daemon.service.readiness import Pace
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["SHUTDOWN_LIMIT", "Service"]
@@ -72,6 +72,9 @@ class Service:
                               stopping=lambda: self.stopping, changed=self._set_changed,
                               appended=self._on_appended, fatal=self._fatal,
                               vanished=self._on_vanished)
+        #: every candidate file waits here, checked by a fixed number of checkers
+        self.pool = ReadinessPool(settings.readiness_checkers or default_checkers(
+            settings.workers), Pace(settings.settle), self._set_changed)
 
     # -- jobs ------------------------------------------------------------------------------
     def _job(self, cand: Candidate) -> Job:
@@ -119,36 +122,7 @@ class Service:
                 log.info("job_end_marker", job=str(job.job_dir))
             job.done_marker = True
             return
-        if cand.path in job.waiting:
-            return
-        job.waiting.add(cand.path)
-        assert self._tg is not None
-        self._tg.start_soon(self._await_ready, job, cand)
-
-    async def _await_ready(self, job: Job, cand: Candidate) -> None:
-        path = cand.path
-        try:
-            if cand.kind == "nsys-rep":
-                try:
-                    path = await anyio.to_thread.run_sync(export_with_nsys, cand.path)
-                except PrvstreamError as exc:
-                    job.submit(SetAside(cand.path, str(exc)))
-                    return
-            verdict = await wait_ready(path, settle=self.settings.settle, root=cand.root)
-            if isinstance(verdict, Invalid):
-                if not verdict.gone:
-                    job.submit(SetAside(path, verdict.reason))
-                return
-            job.submit(Append(path, verdict))
-        except OSError as exc:  # e.g. the job directory vanished while looking
-            log.info("export_unavailable", path=str(path), error=str(exc))
-        except Exception as exc:  # a report's fault never ends the service
-            log.error("export_check_failed", path=str(path), exc_info=exc)
-            job.submit(SetAside(path, f"internal error while checking it: {exc!r}"))
-        finally:
-            job.waiting.discard(cand.path)
-            job.last_change = time.monotonic()
-            self._changed.set()
+        self.pool.add(job, cand.path, cand.root, nsys_rep=cand.kind == "nsys-rep")
 
     # -- finalization ------------------------------------------------------------------------
     def _request_finalize(self, job: Job, why: str) -> None:
@@ -216,6 +190,7 @@ class Service:
             tg.start_soon(self._signals, tg.cancel_scope)
             tg.start_soon(run_watchdog)
             tg.start_soon(self._finalizer)
+            tg.start_soon(self.pool.run)
             if self.once:
                 await self._run_once()
                 tg.cancel_scope.cancel()
@@ -223,7 +198,7 @@ class Service:
             async with open_discovery(self.roots, settings=self.settings) as found:
                 notify_ready(f"watching {len(self.roots)} root(s)")
                 log.info("service_ready", roots=self.roots, poll=self.settings.poll or None,
-                         workers=self.settings.workers)
+                         workers=self.settings.workers, checkers=self.pool.size)
                 async for cand in found:
                     self._accept(cand)
         for job in self.jobs.values():

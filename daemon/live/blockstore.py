@@ -25,6 +25,7 @@ from typing import IO, Protocol
 import msgspec
 import numpy as np
 
+from prvstream.daemon.live.frames import FrameCut, append_frames, split_frames
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.stream.claims import Claim, host_claims
 from prvstream.daemon.stream.pipeline import (
@@ -50,7 +51,6 @@ log = get_logger(__name__)
 #: version of the codes and report metas (the journal's ``block_format``; 0: none kept)
 BLOCK_FORMAT = 1
 
-_FRAME = struct.Struct("<I")
 
 
 class ReportMeta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -245,23 +245,14 @@ class BlockStore:
         state = self.journal.state
         if state.block_format != BLOCK_FORMAT:
             return
-        data = _meta_encoder.encode(meta)
-        fd = os.open(self.metas_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     0o644)
-        try:
-            os.ftruncate(fd, state.metas_length)
-            os.lseek(fd, state.metas_length, os.SEEK_SET)
-            os.write(fd, _FRAME.pack(len(data)) + data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        end = append_frames(self.metas_path, state.metas_length, [_meta_encoder.encode(meta)],
+                            sync=sync)
         if self._claims is not None and self._claims[0] == state.metas_length:
             _index(self._claims[1], meta)
-            self._claims = (state.metas_length + _FRAME.size + len(data), self._claims[1])
+            self._claims = (end, self._claims[1])
         else:  # rolled back since it was read: read again when asked
             self._claims = None
-        state.metas_length += _FRAME.size + len(data)
+        state.metas_length = end
 
     def earlier(self, sort_key: tuple[int, str, str], claims: list[Claim]) -> list[Claim]:
         """The claims on the threads of ``claims`` of the committed reports that come before
@@ -296,14 +287,9 @@ class BlockStore:
         state = self.journal.state
         with self.metas_path.open("rb") as fh:
             raw = fh.read(state.metas_length)
-        out: list[ReportMeta] = []
-        at = 0
         try:
-            while at < len(raw):
-                (size,) = _FRAME.unpack_from(raw, at)
-                out.append(_meta_decoder.decode(raw[at + _FRAME.size: at + _FRAME.size + size]))
-                at += _FRAME.size + size
-        except (struct.error, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            out = [_meta_decoder.decode(payload) for _, payload in split_frames(raw)]
+        except (struct.error, FrameCut, msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise JournalCorrupt(f"{self.metas_path} is corrupt ({exc}); finalize cannot "
                                  "rebuild the trace's names: convert the reports instead") from exc
         count = len(self.journal.reports)

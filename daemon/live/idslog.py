@@ -5,7 +5,6 @@ that a commit costs what it added, not every id the trace holds.
 
 from __future__ import annotations
 
-import os
 import secrets
 import struct
 from array import array
@@ -14,6 +13,7 @@ from pathlib import Path
 import msgspec
 
 from prvstream.daemon.kinds.context import ThreadKey
+from prvstream.daemon.live.frames import FrameCut, append_frames, split_frames
 from prvstream.daemon.stream.numbering import NumberingState, TaskEntry
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
 from prvstream.sinks.logger import get_logger
@@ -22,7 +22,6 @@ __all__ = ["IdsDelta", "IdsLog"]
 
 log = get_logger(__name__)
 
-_FRAME = struct.Struct("<I")
 
 
 class IdsDelta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -70,15 +69,11 @@ class IdsLog:
             raise self._corrupt(f"it cannot be read ({exc})") from exc
         if len(raw) < length:
             raise self._corrupt(f"it holds {len(raw)} of {length} committed bytes")
-        at = 0
         try:
-            while at < len(raw):
-                (size,) = _FRAME.unpack_from(raw, at)
-                end = at + _FRAME.size + size
-                if end > len(raw):
-                    raise self._corrupt("it ends inside a frame")
-                _apply(state, _decoder.decode(raw[at + _FRAME.size:end]))
-                at = end
+            for _, payload in split_frames(raw):
+                _apply(state, _decoder.decode(payload))
+        except FrameCut:
+            raise self._corrupt("it ends inside a frame") from None
         except (struct.error, msgspec.DecodeError, msgspec.ValidationError, IndexError) as exc:
             raise self._corrupt(f"a delta is unreadable ({exc})") from exc
         self._written(state)
@@ -94,26 +89,16 @@ class IdsLog:
             else self._delta(state)
         if not whole and not (delta.nodes or delta.tasks or delta.threads or delta.values):
             return
-        data = _encoder.encode(delta)
-        frame = _FRAME.pack(len(data)) + data
         name = f"{self.stem}.ids.{secrets.token_hex(6)}" if whole else self.name
         path = self.folder / name
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            try:
-                at = 0 if whole else self.length
-                os.ftruncate(fd, at)
-                os.lseek(fd, at, os.SEEK_SET)
-                os.write(fd, frame)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            end = append_frames(path, 0 if whole else self.length, [_encoder.encode(delta)])
         except OSError as exc:
             raise StateDirUnusable(
                 f"cannot write the trace's ids {path} ({exc.strerror or exc}); free space or "
                 f"fix the permissions of {path.parent} (--state), then restart") from exc
         self.name = name
-        self.length = (0 if whole else self.length) + len(frame)
+        self.length = end
         if whole:
             self._written(state)
         else:  # what this delta added, without a pass over every task

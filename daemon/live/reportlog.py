@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import struct
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import IO, overload
 
 import msgspec
 
+from prvstream.daemon.live.frames import FRAME, append_frames
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
@@ -25,7 +25,6 @@ __all__ = ["ReportEntry", "ReportLog", "ThreadTime"]
 
 log = get_logger(__name__)
 
-_FRAME = struct.Struct("<I")
 #: bytes read at once when the whole log is streamed
 _READ = 1 << 20
 
@@ -113,7 +112,7 @@ class ReportLog(Sequence[ReportEntry]):
         with self._path().open("rb") as fh:
             fh.seek(at)
             raw = fh.read(end - at)
-        return self._decode(raw[_FRAME.size:])
+        return self._decode(raw[FRAME.size:])
 
     def __iter__(self) -> Iterator[ReportEntry]:
         for _, entry in self._frames():
@@ -151,8 +150,8 @@ class ReportLog(Sequence[ReportEntry]):
                     change(entry)
                     data = _encoder.encode(entry)
                     offsets.append(at)
-                    fh.write(_FRAME.pack(len(data)) + data)
-                    at += _FRAME.size + len(data)
+                    fh.write(FRAME.pack(len(data)) + data)
+                    at += FRAME.size + len(data)
         except OSError as exc:
             path.unlink(missing_ok=True)
             raise _unusable(path, exc) from exc
@@ -169,24 +168,14 @@ class ReportLog(Sequence[ReportEntry]):
         if not self.name:
             self.name = f"{self.stem}.entries.{secrets.token_hex(6)}"
         path = self._path()
+        payloads = [_encoder.encode(entry) for entry in self._pending]
+        offsets = array("q")
+        at = self.length
+        for data in payloads:
+            offsets.append(at)
+            at += FRAME.size + len(data)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            try:
-                at = self.length
-                os.ftruncate(fd, at)
-                chunks = []
-                offsets = array("q")
-                for entry in self._pending:
-                    data = _encoder.encode(entry)
-                    offsets.append(at)
-                    chunks.append(_FRAME.pack(len(data)) + data)
-                    at += _FRAME.size + len(data)
-                os.lseek(fd, 0, os.SEEK_END)
-                if chunks:
-                    os.write(fd, b"".join(chunks))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            at = append_frames(path, self.length, payloads)
         except OSError as exc:
             raise _unusable(path, exc) from exc
         self._offsets.extend(offsets)
@@ -260,18 +249,18 @@ class ReportLog(Sequence[ReportEntry]):
             base = 0  # file offset of buf[0]
             at = 0
             while base + at < self.length:
-                if len(buf) - at < _FRAME.size:
+                if len(buf) - at < FRAME.size:
                     buf, base, at = _refill(fh, buf, base, at, self.length)
-                    if len(buf) - at < _FRAME.size:
+                    if len(buf) - at < FRAME.size:
                         raise self._corrupt("its entry file ends inside a frame")
-                (size,) = _FRAME.unpack_from(buf, at)
-                end = at + _FRAME.size + size
+                (size,) = FRAME.unpack_from(buf, at)
+                end = at + FRAME.size + size
                 if end > len(buf):
                     buf, base, at = _refill(fh, buf, base, at, self.length, need=end - at)
-                    end = at + _FRAME.size + size
+                    end = at + FRAME.size + size
                     if end > len(buf):
                         raise self._corrupt("its entry file ends inside a frame")
-                yield base + at, self._decode(buf[at + _FRAME.size:end])
+                yield base + at, self._decode(buf[at + FRAME.size:end])
                 at = end
 
     def _decode(self, raw: bytes) -> ReportEntry:

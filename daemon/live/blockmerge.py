@@ -76,7 +76,7 @@ def canonical_of(metas: list[ReportMeta], live: Numbering) -> tuple[Numbering, l
     return canon, position
 
 
-def _blocks(store: BlockStore) -> list[tuple[int, int, int, int]]:
+def blocks_of(store: BlockStore) -> list[tuple[int, int, int, int]]:
     """(first byte, end byte, first record, records) of every distinct committed block."""
     out: list[tuple[int, int, int, int]] = []
     records = 0
@@ -241,7 +241,7 @@ def _factorize_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
-def _block_stream(prv: Path, block: tuple[int, int, int, int], store: CodesSource,
+def block_stream(prv: Path, block: tuple[int, int, int, int], store: CodesSource,
                   ren: Renumber, position: np.ndarray, chunk: int, recut: bool,
                   clips: Clips, seq0: int = 0) -> Stream:
     """One committed block as a stream of canonical, fully keyed record batches, its host
@@ -288,11 +288,6 @@ def _block_stream(prv: Path, block: tuple[int, int, int, int], store: CodesSourc
         yield clip_batch(cutter.batch(), clips, _STATE), np.iinfo(np.int64).max
 
 
-#: the public names: a range merge on a Dask worker reads slices of blocks (``blockrange``)
-block_stream = _block_stream
-blocks_of = _blocks
-
-
 @dataclass
 class ExtraReport:
     """A new report merged with the blocks (a compaction): its meta, and its stream given the
@@ -332,11 +327,11 @@ def merge_blocks(store: BlockStore, prv: Path, out_prv: Path, *, live: Numbering
                                                         if extra is not None else []),
                      canon_index, target, origin)
     journal_of = np.argsort(position)
-    blocks = _blocks(store)
+    blocks = blocks_of(store)
     total = sum(b[3] for b in blocks)
     recut = ren.shift % hoststates.GRID != 0
     chunk = max(_MIN_CHUNK, chunk_rows * 64 // max(1, min(len(blocks), fan_in)))
-    streams: list[Stream] = [_block_stream(prv, b, store, ren, position, chunk, recut,
+    streams: list[Stream] = [block_stream(prv, b, store, ren, position, chunk, recut,
                                            clips) for b in blocks]
     if extra is not None:
         streams.append(extra.stream(live, int(position[-1])))

@@ -28,11 +28,12 @@ import msgspec
 
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.live.appendblock import is_fresh, seek_block_start
-from prvstream.daemon.live.blockstore import ReportMeta
+from prvstream.daemon.live.blockstore import BLOCK_FORMAT, ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.live.outcomes import AppendInterrupted, AppendResult
 from prvstream.daemon.scale.tasks import BlockDone, BlockTask, PlanFacts, convert_block, plan_report
+from prvstream.daemon.stream.claims import Claim
 from prvstream.daemon.stream.numbering import Numbering, NumberingState
 from prvstream.daemon.stream.pipeline import register_report
 from prvstream.daemon.stream.spool import ReportSpool
@@ -54,8 +55,9 @@ class _Entry:
     path: Path
     plan: Any
     facts: PlanFacts | None = None
-    #: (numbering digest, report index, origin) the conversion in flight was given
-    given: tuple[bytes, int, int] | None = None
+    #: (numbering digest, report index, origin, earlier claims) the conversion in flight
+    #: was given
+    given: tuple[bytes, int, int, tuple[Claim, ...]] | None = None
     convert: Any = None
     #: append in-process (before the origin): nothing after it is speculated
     local: bool = False
@@ -129,6 +131,7 @@ class RemoteAppender:
             base = msgspec.json.encode(state.numbering)
             index = len(self.trace.journal.reports)
             origin = state.origin_wall_ns
+            ahead: list[PlanFacts] = []  # committed before the entry, if all goes well
             for entry in self._pending.values():
                 if entry.facts is None:
                     if not entry.plan.done():
@@ -145,7 +148,8 @@ class RemoteAppender:
                 if facts.wall_start < origin:
                     entry.local = True
                     return
-                given = (_digest(base), index, origin)
+                earlier = self._earlier(facts, ahead)
+                given = (_digest(base), index, origin, earlier)
                 if entry.given != given:
                     if entry.convert is not None:
                         entry.convert.cancel()
@@ -155,7 +159,8 @@ class RemoteAppender:
                         origin=origin, index=index, chunk_rows=self.trace.settings.chunk_rows,
                         phase_pattern=self.trace.settings.phase_pattern,
                         rank_pattern=self.trace.settings.rank_pattern,
-                        block=str(self._blocks / f"block-{self._seq:08d}"))
+                        block=str(self._blocks / f"block-{self._seq:08d}"),
+                        earlier=list(earlier))
                     entry.convert = self.client.submit(convert_block, task, base, pure=False,
                                                        retries=_RETRIES)
                     entry.given = given
@@ -163,6 +168,19 @@ class RemoteAppender:
                 register_report(numbering, facts.objects, facts.values)
                 base = msgspec.json.encode(numbering.state)
                 index += 1
+                ahead.append(facts)
+
+    def _earlier(self, facts: PlanFacts, ahead: list[PlanFacts]) -> tuple[Claim, ...]:
+        """Where the report's host states yield when it is committed after the committed
+        reports and ``ahead`` (``BlockStore.earlier``: the claims on its threads of those
+        that come first in canonical order), in a canonical order."""
+        claims = self.trace.blocks.earlier(facts.sort_key, facts.claims)
+        if self.trace.journal.state.block_format != BLOCK_FORMAT:
+            return tuple(claims)  # the committed reports' claims are unknown: none yields
+        threads = {c[:3] for c in facts.claims}
+        claims += [c for f in ahead if f.sort_key < facts.sort_key
+                   for c in f.claims if c[:3] in threads]
+        return tuple(sorted(claims))
 
     # -- writer side (a worker thread) -------------------------------------------------------
     def commit(self, path: Path, identity: ReportIdentity) -> AppendResult:
@@ -193,7 +211,7 @@ class RemoteAppender:
             state = self.trace.journal.state
             now = (_digest(msgspec.json.encode(state.numbering)), len(self.trace.journal.reports),
                    state.origin_wall_ns if state.origin_wall_ns is not None else
-                   facts.wall_start - state.skew_allowance_ns)
+                   facts.wall_start - state.skew_allowance_ns, self._earlier(facts, []))
             if given != now:  # made from a state that did not come to be: convert again
                 self._discard(done)
                 with self._lock:

@@ -192,6 +192,9 @@ class BlockTask:
     #: ``Settings.rank_pattern`` (ranks from file names)
     rank_pattern: str
     block: str
+    #: the claims of the reports committed before it that come first in canonical order, on
+    #: its threads (``stream.claims``): where its host states yield, as a live append's do
+    earlier: list[Claim] = field(default_factory=list)
 
 
 @dataclass
@@ -227,7 +230,7 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     try:
         numbering = Numbering(msgspec.json.decode(numbering_state, type=NumberingState))
         ctx, info = report_context(rep, numbering, task.origin, task.index, task.phase_pattern,
-                                   task.rank_pattern)
+                                   task.rank_pattern, task.earlier)
         with part.open("wb") as fh, codes_part.open("wb") as codes_fh:
             for batch, _ in report_stream(rep, ctx, info, task.chunk_rows, spool, rows):
                 if not len(batch):

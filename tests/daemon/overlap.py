@@ -16,7 +16,8 @@ from prvstream.daemon.synthetic.spec import SynthSpec
 from prvstream.daemon.synthetic.synth import write_export
 from tests.compat.basicanalysis import HOST_ROW
 
-__all__ = ["host_states", "keep_range", "one_state_at_a_time", "overlapping_parts"]
+__all__ = ["early_kernel_parts", "host_states", "keep_range", "one_state_at_a_time",
+           "overlapping_parts"]
 
 
 def keep_range(path: Path, lo: float, hi: float) -> None:
@@ -47,6 +48,26 @@ def overlapping_parts(folder: Path, cuts: Sequence[tuple[float, float]],
         parts.append(part)
     whole.unlink()
     return parts
+
+
+def early_kernel_parts(folder: Path) -> tuple[Path, Path]:
+    """Two capture ranges of one process whose calls do not overlap, (0, 0.5) and (0.6, 1),
+    the later one holding one kernel of the earlier one's time (at 30 %, on a stream of its
+    own): its span, not its calls, overlaps the earlier range's."""
+    a, b = overlapping_parts(folder / "src", ((0.0, 0.5), (0.6, 1.0)))
+    whole = overlapping_parts(folder / "whole", ((0.0, 1.0),))[0]
+    con = sqlite3.connect(whole)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+    rows = con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start").fetchall()
+    con.close()
+    row = list(rows[len(rows) * 3 // 10])
+    row[cols.index("streamId")] = 99
+    con = sqlite3.connect(b)
+    con.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * len(row))})",
+                row)
+    con.commit()
+    con.close()
+    return a, b
 
 
 def host_states(out: Path) -> dict[tuple[int, int], list[tuple[int, int, int]]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +22,12 @@ from prvstream.daemon.stream.pipeline import prepare
 from prvstream.daemon.synthetic.synth import SynthSpec
 from tests.daemon.daemon_proc import DaemonProcess, place_atomically, run_cli
 from tests.daemon.live.test_blockmerge import _live
-from tests.daemon.overlap import host_states, one_state_at_a_time, overlapping_parts
+from tests.daemon.overlap import (
+    early_kernel_parts,
+    host_states,
+    one_state_at_a_time,
+    overlapping_parts,
+)
 from tests.prv_check import validate
 
 __all__: list[str] = []
@@ -139,20 +143,7 @@ def test_a_later_report_yields_to_the_committed_ones_when_appended(tmp_path: Pat
     """A later capture range whose span (not its calls) overlaps the committed one: its block
     is appended, not compacted, because its host states yield at once; the live trace has
     one state at a time on the host thread, and finalize equals convert."""
-    src = tmp_path / "src"
-    a, b = overlapping_parts(src, ((0.0, 0.5), (0.6, 1.0)))
-    whole = overlapping_parts(tmp_path / "whole", ((0.0, 1.0),))[0]
-    con = sqlite3.connect(whole)  # a kernel at 30 % on a stream of its own starts b early
-    cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
-    rows = con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start").fetchall()
-    con.close()
-    row = list(rows[len(rows) * 3 // 10])
-    row[cols.index("streamId")] = 99
-    con = sqlite3.connect(b)
-    con.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * len(row))})",
-                row)
-    con.commit()
-    con.close()
+    a, b = early_kernel_parts(tmp_path)
     job, trace = _live(tmp_path, 0.37)
     results = []
     for part in (a, b):

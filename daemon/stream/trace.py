@@ -195,25 +195,28 @@ def write_trace(
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(placeholder(capacity))
-            writer = PrvWriter(fh)
+            writer = PrvWriter(fh, behind=True)  # text formatted and written by a thread
             # one report's stream is already merged; several are merged with bounded fan-in
             merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
             repeats = Repeats()
             if repeating:  # overlapping capture ranges of one process hold records twice
                 merged = drop_repeats(merged, repeats)
-            for batch, _ in merged:
-                if not len(batch):
-                    continue
-                writer.write(batch)
-                if thread_last is not None:
-                    track_thread_last(batch.keys, thread_last)
-                if on_batch is not None:
-                    on_batch(batch)
-                if progress is not None:
-                    progress(sum(n for k, n in result.rows.items()
-                                 if not registry.get(k).derived), planned_rows)
-            # the header is written last: objects registered while streaming are included
-            writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity))
+            try:
+                for batch, _ in merged:
+                    if not len(batch):
+                        continue
+                    writer.write(batch)
+                    if thread_last is not None:
+                        track_thread_last(batch.keys, thread_last)
+                    if on_batch is not None:
+                        on_batch(batch)
+                    if progress is not None:
+                        progress(sum(n for k, n in result.rows.items()
+                                     if not registry.get(k).derived), planned_rows)
+                # the header is written last: objects registered while streaming are included
+                writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity))
+            finally:
+                writer.close()  # the thread stops before the file closes
         pcf_bytes, row_bytes = trace_metadata(ids)
         atomic_write(pcf, pcf_bytes)
         atomic_write(row, row_bytes)

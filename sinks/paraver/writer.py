@@ -3,18 +3,23 @@ text behind a fixed-capacity header, the header written last (or rewritten in pl
 file rewritten when it outgrew its capacity), and the .pcf/.row that follow from the layout.
 
 It takes what the daemon computed (layout, event types, record batches) and imports nothing of
-the daemon.
+the daemon. With ``behind`` the text is formatted and written by a thread of its own: the C
+formatter and the file write run without the GIL, so they overlap the caller's work.
 """
 
 from __future__ import annotations
 
 import os
+import queue
+import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Final
 
 from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.paraver import fastfmt
 from prvstream.sinks.paraver.format import (
     EventTypeSpec,
     TraceLayout,
@@ -56,29 +61,115 @@ def metadata(event_types: Iterable[EventTypeSpec], layout: TraceLayout) -> tuple
     return pcf_text(event_types).encode(), row_text(layout).encode()
 
 
+#: batches a ``behind`` writer holds queued beside the one it is writing (each a merged
+#: batch: at most 16k records, ~2 MiB of fields; the default chunk gives ~1 MiB)
+BEHIND_BATCHES = 1
+#: the interpreter's switch interval while a ``behind`` writer runs: the thread takes the GIL
+#: three times a batch (queue, formatter call, write), and each time the default 5 ms would
+#: leave it waiting on the caller's Python code
+_SWITCH_S = 0.0005
+
+
 class PrvWriter:
     """Appends time-sorted record batches to an open .prv at its current position, counting
-    records and the latest record time (the header's end time)."""
+    records and the latest record time (the header's end time).
 
-    def __init__(self, fh: IO[bytes], end_time: int = 0) -> None:
+    ``behind``: format and write in a thread (only where the C formatter is in use: the
+    Python one holds the GIL), at most ``BEHIND_BATCHES`` batches behind the caller; a write
+    error is raised by the next ``write`` or by ``flush``/``finish``. The caller must not
+    change a batch's arrays once written, and calls ``close`` when it abandons the file.
+    """
+
+    def __init__(self, fh: IO[bytes], end_time: int = 0, *, behind: bool = False) -> None:
         self.fh = fh
         self.records = 0
         self.end_time = end_time
+        self._queue: queue.Queue[RecordBatch | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
+        if behind and fastfmt.compiled():
+            self._queue = queue.Queue(maxsize=BEHIND_BATCHES)
+            _short_switches(True)
+            self._thread = threading.Thread(target=self._drain, name="prv-writer", daemon=True)
+            self._thread.start()
 
     def write(self, batch: RecordBatch) -> None:
         if not len(batch):
             return
-        self.fh.write(batch.text())
         self.records += len(batch)
         self.end_time = max(self.end_time, int(batch.keys[:, KEY_TIME].max()))
+        if self._queue is None:
+            self.fh.write(batch.text())
+            return
+        self._raise_failed()
+        self._queue.put(batch)
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while (batch := self._queue.get()) is not None:
+            if self._failed is None:
+                try:
+                    self.fh.write(batch.text())
+                except BaseException as exc:  # raised in the caller's thread
+                    self._failed = exc
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+
+    def close(self) -> None:
+        """Stop the writing thread (what it has not written is dropped); errors are not
+        raised. Idempotent; a writer without a thread has nothing to stop."""
+        if self._thread is None or self._queue is None:
+            return
+        self._failed = self._failed or _Stopped()  # the thread drops what is queued
+        self._stop()
+
+    def flush(self) -> None:
+        """Wait until every batch is written; raise a write error."""
+        self._stop()
+        self._raise_failed()
+
+    def _stop(self) -> None:
+        if self._thread is not None and self._queue is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = self._queue = None
+            _short_switches(False)
 
     def finish(self, header: bytes) -> None:
         """Write the header over the placeholder at the start and make the file durable."""
+        self.flush()
         self.fh.flush()
         self.fh.seek(0)
         self.fh.write(header)
         self.fh.flush()
         os.fsync(self.fh.fileno())
+
+
+class _Stopped(Exception):
+    """The writer was closed: nothing more is written."""
+
+
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_default = 0.0
+
+
+def _short_switches(on: bool) -> None:
+    """Shorten the switch interval while any ``behind`` writer runs; restore it after."""
+    global _switch_users, _switch_default
+    with _switch_lock:
+        if on:
+            if _switch_users == 0:
+                _switch_default = sys.getswitchinterval()
+                sys.setswitchinterval(min(_switch_default, _SWITCH_S))
+            _switch_users += 1
+        else:
+            _switch_users -= 1
+            if _switch_users == 0:
+                sys.setswitchinterval(_switch_default)
 
 
 def grow_header(prv: Path, old_capacity: int, header: bytes) -> None:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import ast
+import io
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from prvstream.sinks.paraver import fastfmt
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, RecordBatch, event_lines, make_keys
 from prvstream.sinks.paraver.writer import (
@@ -83,3 +88,67 @@ def test_sinks_never_import_the_daemon() -> None:
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             offenders += [f"{path.name}: {n}" for n in names if n.startswith("prvstream.daemon")]
     assert offenders == []
+
+
+needs_c = pytest.mark.skipif(not fastfmt.compiled(),
+                             reason="the C formatter was not built: no writing thread")
+
+
+def _writer_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "prv-writer"]
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_writer_behind_writes_the_same_bytes(tmp_path: Path, behind: bool) -> None:
+    """With ``behind`` the batches are formatted and written by a thread: the same bytes in
+    the same order, the header last, and the thread and switch interval gone after."""
+    switch = sys.getswitchinterval()
+    batches = [_batch(list(range(i * 100, i * 100 + 1 + i % 7))) for i in range(200)]
+    prv = tmp_path / "t.prv"
+    with prv.open("wb") as fh:
+        fh.write(placeholder(16))
+        writer = PrvWriter(fh, behind=behind)
+        assert bool(_writer_threads()) == (behind and fastfmt.compiled())
+        for b in batches:
+            writer.write(b)
+        writer.finish(b"fifteen bytes.\n")
+    assert not _writer_threads() and sys.getswitchinterval() == switch
+    body = b"".join(b.text() for b in batches)
+    assert prv.read_bytes() == b"fifteen bytes.\n" + b"\n" + body
+    assert writer.records == sum(len(b) for b in batches)
+    assert writer.end_time == max(int(b.keys[:, 0].max()) for b in batches)
+
+
+class _FailingFile(io.BytesIO):
+    def __init__(self, after: int) -> None:
+        super().__init__()
+        self.after = after
+
+    def write(self, data: object) -> int:
+        self.after -= 1
+        if self.after < 0:
+            raise OSError(28, "No space left on device")
+        return super().write(data)  # type: ignore[arg-type]
+
+
+@needs_c
+def test_a_write_error_behind_reaches_the_caller() -> None:
+    writer = PrvWriter(_FailingFile(after=2), behind=True)
+    with pytest.raises(OSError, match="No space"):
+        for i in range(1000):
+            writer.write(_batch([i]))
+        writer.flush()
+    writer.close()
+    assert not _writer_threads()
+
+
+@needs_c
+def test_a_closed_writer_stops_its_thread_and_drops_the_rest() -> None:
+    fh = _FailingFile(after=10**9)
+    writer = PrvWriter(fh, behind=True)
+    for i in range(50):
+        writer.write(_batch([i]))
+    writer.close()
+    writer.close()  # idempotent
+    assert not _writer_threads()
+    assert fh.getvalue() == b"".join(_batch([i]).text() for i in range(50))[: len(fh.getvalue())]

@@ -163,6 +163,10 @@ def table_detail(table: str, labels: list[str], inverse: np.ndarray, start: np.n
                        else np.asarray(nbytes, np.int64))
 
 
+#: ``np.iinfo(np.int64)``'s bounds (building an ``iinfo`` costs microseconds a call)
+_I64_MAX, _I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
+
+
 def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.ndarray,
                nbytes: np.ndarray | None = None) -> TableRows:
     """Aggregate rows whose name is ``labels[inverse[i]]`` (labels with no row are dropped)."""
@@ -171,9 +175,9 @@ def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.
     count = np.bincount(inverse, minlength=n).astype(np.int64)
     total = np.zeros(n, np.int64)
     np.add.at(total, inverse, dur)
-    lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+    lo = np.full(n, _I64_MAX, np.int64)
     np.minimum.at(lo, inverse, dur)
-    hi = np.full(n, np.iinfo(np.int64).min, np.int64)
+    hi = np.full(n, _I64_MIN, np.int64)
     np.maximum.at(hi, inverse, dur)
     size = np.zeros(n, np.int64)
     if nbytes is not None:

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from prvstream.daemon.kinds.base import Names
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "process_of",
     "stream_name",
     "tid_of",
-    "unique_inverse",
 ]
 
 log = get_logger(__name__)
@@ -89,29 +89,6 @@ class Ids(Protocol):
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int: ...
 
     def value(self, group: str, label: str) -> int: ...
-
-
-#: ``unique_inverse`` finds the inverse by binary search up to this many distinct values
-_FEW = 64
-
-
-def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` for a 1-d integer array, several times faster
-    when a chunk holds few distinct values (threads, streams, names): one value is checked
-    for first, and a sort plus binary search replaces the argsort."""
-    if len(values) == 0:
-        return values[:0].copy(), np.zeros(0, dtype=np.intp)
-    first = values[0]
-    if bool((values == first).all()):
-        return values[:1].copy(), np.zeros(len(values), dtype=np.intp)
-    ordered = np.sort(values)
-    keep = np.empty(len(ordered), dtype=bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    uniq = ordered[keep]
-    if len(uniq) > _FEW:
-        return np.unique(values, return_inverse=True)
-    return uniq, np.searchsorted(uniq, values)
 
 
 def factorize(chunk: np.ndarray, columns: tuple[str, ...]

@@ -14,8 +14,8 @@ from prvstream.daemon.kinds.context import (
     factorize,
     process_of,
     tid_of,
-    unique_inverse,
 )
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import ACTIVITY_DTYPE, HOST_DTYPE, HostKind
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.records import (

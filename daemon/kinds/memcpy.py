@@ -27,6 +27,7 @@ from prvstream.daemon.kinds.intervals import (
 )
 from prvstream.daemon.kinds.kernel import GPU_COLUMNS, GPU_FIELDS
 from prvstream.daemon.kinds.sql import wrap_i4
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import ActivityKind, table_detail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
@@ -89,7 +90,7 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
                          (pv.EV_CORRELATION, 0))
     states = state_lines(task, thread, shown, end, pv.STATE_MEMORY)
     if kind == "memcpy":
-        kinds, inverse = np.unique(chunk["copy_kind"], return_inverse=True)
+        kinds, inverse = unique_inverse(chunk["copy_kind"])
         labels = [MEMCPY_KIND_LABELS.get(k, f"kind {k}") for k in kinds.tolist()]
     else:
         labels, inverse = ["memset"], np.zeros(len(chunk), np.int64)

@@ -26,6 +26,7 @@ from prvstream.daemon.kinds.context import ReportContext, process_of
 from prvstream.daemon.kinds.intervals import LINE_EVENT, end_prio, process_indices
 from prvstream.daemon.kinds.runtime import CPU_COLUMNS, CPU_FIELDS
 from prvstream.daemon.kinds.sql import quote_identifier as q
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import PHASE_DTYPE, table_detail
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
@@ -96,11 +97,11 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     etype_col = chunk["event_type"]
     domains = chunk["domain"]
     dom_type: dict[int, int] = {}
-    for d in np.unique(domains, return_counts=True)[0].tolist():  # counts: no numpy.ma
+    uniq_domains, dom_inverse = unique_inverse(domains)
+    for d in uniq_domains.tolist():
         k = 0 if d == 0 else ctx.value_id(
             "nvtx_domain", ctx.nvtx_domain_names.get(d, f"domain {d}"))
         dom_type[d] = nvtx_type(k)
-    uniq_domains, dom_inverse = np.unique(domains, return_inverse=True)
     etype = np.array([dom_type[d] for d in uniq_domains.tolist()], dtype=np.int64)[dom_inverse]
     etype = np.where(etype_col == NVTX_START_END, pv.EV_NVTX_STARTEND, etype)
     etype = np.where(etype_col == NVTX_MARK, pv.EV_NVTX_MARK, etype)
@@ -154,7 +155,7 @@ def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.nd
     phases = np.empty(len(sel), dtype=PHASE_DTYPE)
     phases["start"] = start[sel]
     phases["end"] = end[sel]
-    gpids, pinv = np.unique(process_of(chunk["gtid"][sel]), return_inverse=True)
+    gpids, pinv = unique_inverse(process_of(chunk["gtid"][sel]))
     procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()])
     phases["process"] = procs[pinv]
     phases["name"] = [ctx.phase_id(labels[j]) for j in inverse[sel].tolist()]

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.rowstore import RowStore
@@ -205,7 +206,7 @@ class HostTotals:
         w = self.window_ns
         k0, k1 = lo // w, (hi - 1) // w
         single = k0 == k1
-        ks, inv = np.unique(k0[single], return_inverse=True)
+        ks, inv = unique_inverse(k0[single])
         sums = np.zeros(len(ks), np.int64)
         np.add.at(sums, inv, (hi - lo)[single])
         for k, total in zip(ks.tolist(), sums.tolist(), strict=True):

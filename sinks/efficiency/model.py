@@ -11,6 +11,7 @@ from array import array
 
 import numpy as np
 
+from prvstream.sinks.arrays import distinct
 from prvstream.sinks.base import ReportInfo, TableDetail, TableRows
 from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
@@ -209,13 +210,14 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
         """Take rows of a top-N table for the tables per phase (after every phase that
         starts at or before them)."""
         rep = self._require_report()
-        # return_counts: np.unique's plain form checks for masked arrays, importing numpy.ma
-        for p in np.unique(rows.process, return_counts=True)[0].tolist():
+        procs = distinct(rows.process).tolist()
+        for p in procs:
             proc = rep.processes[p]
             spans = {n: self._span_index.get((proc, n), s)
                      for n, s in self._spans_of(proc).items()}
             if spans:
-                for name, agg in phase_rows(rows.take(rows.process == p), rep.origin, spans):
+                mine = rows if len(procs) == 1 else rows.take(rows.process == p)
+                for name, agg in phase_rows(mine, rep.origin, spans):
                     self._phase_tables.setdefault(name, Tables()).add(agg)
 
     def _spans_of(self, proc: tuple[str, int]) -> dict[str, array[int]]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
 from prvstream.sinks.logger import get_logger
@@ -27,8 +28,7 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
     """Which rows (local device index, stream, wall-clock start; in start order) an earlier
     report holds already (None: none); the report's own start spans follow them."""
     code = (local.astype(np.int64) << 32) | (stream.astype(np.int64) & 0xFFFFFFFF)
-    uniq, inverse = np.unique(code, return_inverse=True)
-    inverse = inverse.ravel()
+    uniq, inverse = unique_inverse(code)
     out: np.ndarray | None = None
     for j, c in enumerate(uniq.tolist()):
         at = np.flatnonzero(inverse == j)

@@ -14,6 +14,7 @@ from array import array
 
 import numpy as np
 
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["RowStore"]
@@ -89,7 +90,7 @@ class RowStore:
 
     def _set_packed(self, keys: np.ndarray, vals: np.ndarray) -> None:
         """Replace the packed records by ``keys`` (any order, repeats summed) and rows."""
-        uk, inv = np.unique(keys, return_inverse=True)
+        uk, inv = unique_inverse(keys)
         summed = np.zeros((len(uk), self.width), np.int64)
         np.add.at(summed, inv, vals)
         self._packed = None

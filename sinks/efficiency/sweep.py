@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.efficiency.parts import (
     GAP_NS,
     GAPS,
@@ -208,7 +209,7 @@ class DeviceSweep:
         first = int(g0[0]) // w
         k0, k1 = self._fold(g0 // w, first), self._fold((g1 - 1) // w, first)
         single = k0 == k1
-        ks, inv = np.unique(k0[single], return_inverse=True)
+        ks, inv = unique_inverse(k0[single])
         counts = np.bincount(inv, minlength=len(ks))
         sums = np.bincount(inv, weights=(g1 - g0)[single], minlength=len(ks))
         slots = self._window_rows(dev, ks.tolist())

@@ -5,14 +5,17 @@ restart, so that recovery is O(1) in the job's size and never re-reads an export
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
 
 import msgspec
 
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.sinks.efficiency import EfficiencyModel
-from prvstream.sinks.efficiency.partial import decode_partial, encode_partial
+from prvstream.sinks.efficiency.partial import decode_partial, encode_state_chunks
 from prvstream.sinks.errors import StateDirUnusable
-from prvstream.sinks.files import atomic_write
+from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["commit_with_checkpoint", "restore_checkpoint"]
@@ -23,22 +26,48 @@ log = get_logger(__name__)
 def commit_with_checkpoint(journal: JobJournal, model: EfficiencyModel) -> None:
     """Write the model's state to a new file named by its content, commit the journal naming
     it, then drop older checkpoints: a crash at any point leaves the journal naming a whole
-    checkpoint of exactly its reports."""
-    data = encode_partial(model.partial())
-    name = f"{journal.path.stem}.model.{hashlib.sha256(data).hexdigest()[:20]}"
+    checkpoint of exactly its reports. The state is encoded and written a device at a time
+    (``encode_state_chunks``): a commit never holds the job's whole state as objects."""
     folder = journal.path.parent
-    if name != journal.state.model_checkpoint:
-        try:
-            atomic_write(folder / name, data)
-        except OSError as exc:
-            raise StateDirUnusable(
-                f"cannot write the model checkpoint in {folder} ({exc.strerror or exc}); "
-                "free space or fix the permissions of --state, then restart") from exc
+    try:
+        name = _write_named(folder, f"{journal.path.stem}.model.",
+                            encode_state_chunks(model), journal.state.model_checkpoint)
+    except OSError as exc:
+        raise StateDirUnusable(
+            f"cannot write the model checkpoint in {folder} ({exc.strerror or exc}); "
+            "free space or fix the permissions of --state, then restart") from exc
     journal.state.model_checkpoint = name
     journal.commit()
     for old in folder.glob(f"{journal.path.stem}.model.*"):
         if old.name != name:
             old.unlink(missing_ok=True)
+
+
+def _write_named(folder: Path, prefix: str, chunks: Iterable[bytes], current: str) -> str:
+    """Write ``chunks`` to a temporary file in ``folder``, then (fsynced) rename it to
+    ``prefix`` and the first 20 hex digits of the SHA-256 of its bytes; the name. When
+    that is ``current`` (the same content) the file already there is kept."""
+    digest = hashlib.sha256()
+    tmp = folder / f".{prefix}{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o666)
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+            for chunk in chunks:
+                digest.update(chunk)
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        name = f"{prefix}{digest.hexdigest()[:20]}"
+        if name == current:
+            tmp.unlink()
+            return name
+        os.replace(tmp, folder / name)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(folder)
+    return name
 
 
 def restore_checkpoint(journal: JobJournal, recent: int) -> EfficiencyModel | None:

@@ -7,9 +7,9 @@ the model met them, so states of disjoint sets of reports merge by sums, minima 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -35,6 +35,7 @@ __all__ = [
     "Rows",
     "decode_partial",
     "encode_partial",
+    "encode_state_chunks",
     "export_state",
     "merge",
     "merge_all",
@@ -168,12 +169,75 @@ def _arrays(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
 
 def export_state(m: EfficiencyModel) -> EfficiencyState:
     """The model's state (between reports), in canonical form."""
+    return EfficiencyState(**_scalars(m), devices=list(_device_states(m)),
+                           processes=list(_process_states(m)),
+                           tables=m._tables.export(), phase_tables=_phase_tables(m),
+                           notes=dict(sorted(m._notes.items())),
+                           hosts=[_host_state(m, hp)
+                                  for _, hp in sorted(m._host.processes.items())])
+
+
+def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
+    """``encode_partial(export_state(m))`` in pieces: one device, process or host process
+    built and encoded at a time, so a checkpoint of a job of many devices never holds the
+    whole state as objects (their concatenation is those bytes exactly)."""
+    fields = EfficiencyState.__struct_fields__
+    scalars = _scalars(m)
+    lists: dict[str, tuple[int, Iterator[Any]]] = {
+        "devices": (len(m._devices), _device_states(m)),
+        "processes": (len({proc for proc, _ in m._occ_spans}), _process_states(m)),
+        "hosts": (len(m._host.processes),
+                  (_host_state(m, hp) for _, hp in sorted(m._host.processes.items())))}
+    rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
+                            "notes": dict(sorted(m._notes.items()))}
+    yield _header(0x80, 0xDE, len(fields))
+    for name in fields:
+        yield _ENC.encode(name)
+        if name in lists:
+            count, items = lists[name]
+            yield _header(0x90, 0xDC, count)
+            for item in items:
+                yield _ENC.encode(item)
+        else:
+            yield _ENC.encode(scalars[name] if name in scalars else rest[name])
+
+
+def _header(fix: int, wide: int, n: int) -> bytes:
+    """A msgpack map (``fix`` 0x80, ``wide`` 0xde) or array (0x90, 0xdc) header of ``n``."""
+    if n < 16:
+        return bytes([fix | n])
+    if n < 1 << 16:
+        return bytes([wide]) + n.to_bytes(2, "big")
+    return bytes([wide + 1]) + n.to_bytes(4, "big")
+
+
+def _scalars(m: EfficiencyModel) -> dict[str, Any]:
     if m._report is not None:
         raise RuntimeError("export the state between reports, not inside one")
+    return {"version": STATE_VERSION, "job": m.job, "window_ns": m.window_ns,
+            "gap_threshold_ns": m.gap_threshold_ns, "nccl_as": m.nccl_as,
+            "reports": m._reports, "last": m._last_key, "span": m._span}
+
+
+def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]]]]:
+    return {n: t for n, t in ((n, v.export()) for n, v in sorted(m._phase_tables.items()))
+            if t}
+
+
+def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
+    names: dict[tuple[str, int], list[str]] = {}
+    for proc, name in m._occ_spans:
+        names.setdefault(proc, []).append(name)
+    for proc in sorted(names):
+        yield ProcessState(host=proc[0], pid=proc[1],
+                           phases={n: m._occ_spans[proc, n].tolist() for n in names[proc]})
+
+
+def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
+    """Each device's state, in (host, device) order, built one at a time."""
     k_of_slot = np.zeros(len(m._window_slots), np.int64)
     for k, slot in m._window_slots.items():
         k_of_slot[slot] = k
-    devices: list[DeviceState] = []
     for d in sorted(m._devices, key=lambda d: (d.host, d.device)):
         held, rows = d.windows.rows()
         windows = _table(k_of_slot[held], rows)
@@ -186,22 +250,11 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
                 instances[m._names[nid].name] = _table(m._i_occ[sel], tab[nids == nid])
         names = {m._names[nid].name: d.names[nid].tolist()
                  for nid in np.flatnonzero(d.names[:len(m._names)].any(axis=1)).tolist()}
-        devices.append(DeviceState(
+        yield DeviceState(
             host=d.host, device=d.device, rank=d.rank, pid=d.pid, proc_host=d.process[0],
             first=d.first, spans=sorted(d.spans), totals=d.totals.tolist(), windows=windows,
             instances=instances, names=names,
-            streams=sorted((k[0], k[1], a, b) for k, sp in d.streams.items() for a, b in sp)))
-    procs: dict[tuple[str, int], dict[str, list[int]]] = {}
-    for (proc, name), spans in m._occ_spans.items():
-        procs.setdefault(proc, {})[name] = spans.tolist()
-    return EfficiencyState(
-        job=m.job, window_ns=m.window_ns, gap_threshold_ns=m.gap_threshold_ns,
-        nccl_as=m.nccl_as, reports=m._reports, last=m._last_key, span=m._span, devices=devices,
-        processes=[ProcessState(host=h, pid=p, phases=procs[h, p]) for h, p in sorted(procs)],
-        notes=dict(sorted(m._notes.items())), tables=m._tables.export(),
-        phase_tables={n: t for n, t in ((n, v.export()) for n, v in
-                                        sorted(m._phase_tables.items())) if t},
-        hosts=[_host_state(m, hp) for _, hp in sorted(m._host.processes.items())])
+            streams=sorted((k[0], k[1], a, b) for k, sp in d.streams.items() for a, b in sp))
 
 
 def _rows(table: dict[int, list[int]]) -> Rows:

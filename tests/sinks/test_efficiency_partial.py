@@ -22,6 +22,7 @@ from prvstream.sinks.efficiency.partial import (
     EfficiencyState,
     decode_partial,
     encode_partial,
+    encode_state_chunks,
     merge,
     merge_all,
 )
@@ -180,6 +181,33 @@ def test_a_restored_model_continues_like_an_uninterrupted_one(job, cut: int) -> 
     whole = _single(job, 10)
     assert model.partial() == whole.partial()
     assert model.state() == whole.state()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=sliced_jobs(), cut=st.integers(0, 20))
+def test_the_state_encoded_in_pieces_is_the_state_encoded_whole(job, cut: int) -> None:  # type: ignore[no-untyped-def]
+    """A checkpoint is written a device at a time (``encode_state_chunks``): its bytes are
+    those of the whole state encoded at once, and decode to it."""
+    model = _single(job[:cut % (len(job) + 1)], 10)
+    data = b"".join(encode_state_chunks(model))
+    assert data == encode_partial(model.partial())
+    assert decode_partial(data) == model.partial()
+
+
+@pytest.mark.parametrize("devices", [15, 16, 17, 300])
+def test_pieces_of_many_devices_carry_msgpack_array_headers_of_every_size(devices: int
+                                                                          ) -> None:
+    model = EfficiencyModel("j", window_ns=10)
+    for r in range(devices // 3):
+        info = report(f"r{r:03}", f"h{r}", 100 + r, r, [0, 1, 2], 10 * r, 10 * r + 9,
+                      phase_names=["step"])
+        model.begin_report(info)
+        feed_interleaved(model, acts([(10 * r, 10 * r + 4, r % 3, 0, C)]),
+                         phases([(10 * r, 10 * r + 8, 0, 0)]), 4)
+        model.end_report()
+    data = b"".join(encode_state_chunks(model))
+    assert data == encode_partial(model.partial())
+    assert len(decode_partial(data).devices) == devices // 3 * 3
 
 
 def test_merge_refuses_different_settings() -> None:

@@ -254,7 +254,8 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
             host=d.host, device=d.device, rank=d.rank, pid=d.pid, proc_host=d.process[0],
             first=d.first, spans=sorted(d.spans), totals=d.totals.tolist(), windows=windows,
             instances=instances, names=names,
-            streams=sorted((k[0], k[1], a, b) for k, sp in d.streams.items() for a, b in sp))
+            streams=sorted(tuple(d.streams[j:j + 4])  # type: ignore[misc]
+                           for j in range(0, len(d.streams), 4)))
 
 
 def _rows(table: dict[int, list[int]]) -> Rows:
@@ -301,8 +302,8 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
                      [(s[0], s[1]) for s in ds.spans])
         dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
-        for pid, stream, a, b in ds.streams:
-            dev.streams.setdefault((pid, stream), []).append((a, b))
+        for rec in ds.streams:
+            dev.streams.extend(rec)
         m._add_device(dev)
         keys, values = _arrays(ds.windows)
         if len(keys):

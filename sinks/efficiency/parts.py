@@ -100,9 +100,10 @@ class Device:
     #: instances, once closed)
     windows: RowStore = field(default_factory=lambda: RowStore(WIDTH))
     instances: RowStore = field(default_factory=lambda: RowStore(WIDTH))
-    #: (pid, stream) -> the (first, last) activity starts of each report fed so far: a later
-    #: report's activity starting inside one was captured by it already (``repeats``)
-    streams: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
+    #: (pid, stream, first, last) activity starts of each report fed so far, flattened
+    #: records (a few per report: not a dict of lists): a later report's activity starting
+    #: inside one was captured by it already (``repeats``)
+    streams: array[int] = field(default_factory=lambda: array("q"))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["close_streams", "outside_earlier", "repeated"]
+__all__ = ["close_streams", "outside_earlier", "repeated", "stream_spans"]
 
 log = get_logger(__name__)
 
@@ -39,11 +39,11 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
         lo, hi = int(s[0]), int(s[-1])
         rep.streams[(gid, pid, st)] = [lo, hi] if span is None else [min(span[0], lo),
                                                                       max(span[1], hi)]
-        earlier = devices[gid].streams.get((pid, st))
-        if not earlier:
+        earlier = stream_spans(devices[gid], pid, st)
+        if not len(earlier):
             continue
         hit = np.zeros(len(s), bool)
-        for a, b in earlier:
+        for a, b in earlier.tolist():
             hit |= (s >= a) & (s <= b)
         if hit.any():
             rep.repeats.add(gid)
@@ -52,10 +52,19 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
     return out
 
 
+def stream_spans(dev: Device, pid: int, stream: int) -> np.ndarray:
+    """The (first, last) start spans of the earlier reports on one (pid, stream) of ``dev``
+    (an (n, 2) copy)."""
+    if not dev.streams:
+        return np.zeros((0, 2), np.int64)
+    recs = np.array(dev.streams, np.int64).reshape(-1, 4)  # a copy: the array may grow
+    return recs[(recs[:, 0] == pid) & (recs[:, 1] == stream), 2:]
+
+
 def close_streams(devices: Sequence[Device], rep: Report) -> None:
     """The report's start spans join its devices' (after every row of it was taken)."""
     for (gid, pid, st), (lo, hi) in rep.streams.items():
-        devices[gid].streams.setdefault((pid, st), []).append((lo, hi))
+        devices[gid].streams.extend((pid, st, lo, hi))
 
 
 def outside_earlier(dev: Device, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray

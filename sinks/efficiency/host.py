@@ -12,6 +12,7 @@ overlap, as the trace's host states do.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -25,8 +26,17 @@ from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import HostMetrics, HostRow
 
-__all__ = ["HOST_WIDTH", "HostProcess", "HostSample", "HostTotals", "host_metrics", "outside",
-           "restore_process"]
+__all__ = [
+    "HOST_WIDTH",
+    "HostProcess",
+    "HostSample",
+    "HostTotals",
+    "by_thread",
+    "host_metrics",
+    "outside",
+    "restore_process",
+    "thread_spans",
+]
 
 log = get_logger(__name__)
 
@@ -38,7 +48,7 @@ Spans = list[tuple[int, int]]
 Table = dict[int, list[int]]
 
 
-@dataclass
+@dataclass(slots=True)
 class HostProcess:
     """One host process of the job: its captured spans and its call time per view, as a
     process (union over its threads) and summed over its host threads (each its own union)."""
@@ -55,8 +65,9 @@ class HostProcess:
     windows: Table = field(default_factory=dict)
     #: phase instance id -> totals row (time inside the process's own occurrence)
     instances: RowStore = field(default_factory=lambda: RowStore(HOST_WIDTH))
-    #: host thread (OS tid) -> the spans it is captured over (the reports that give it states)
-    threads: dict[int, Spans] = field(default_factory=dict)
+    #: (host thread's OS tid, start, end) of each span it is captured over (the reports that
+    #: give it states), flattened records in the order they were added (``thread_spans``)
+    threads: array[int] = field(default_factory=lambda: array("q"))
     #: the same rows, each the sum over its threads of the thread's own union of calls
     thread_totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
     thread_windows: Table = field(default_factory=dict)
@@ -193,7 +204,7 @@ class HostTotals:
             totals, windows, instances = hp.totals, hp.windows, hp.instances
         else:
             rep.seen.setdefault(proc, set()).add(tid)
-            lo, hi = outside(lo[keep], hi[keep], hp.threads.get(tid, []))
+            lo, hi = outside(lo[keep], hi[keep], thread_spans(hp, tid))
             totals, windows, instances = hp.thread_totals, hp.thread_windows, \
                 hp.thread_instances
         if len(lo):
@@ -231,7 +242,7 @@ class HostTotals:
                     rep.procs[i].mpi_spans.append(span)
             for i, hp in enumerate(rep.procs):
                 for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
-                    hp.threads.setdefault(tid, []).append(span)
+                    hp.threads.extend((tid, *span))
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostMetrics | None:
@@ -243,7 +254,7 @@ class HostTotals:
         rows = []
         for _, hp in sorted(self.processes.items()):
             t = covered(hp.spans, start, end)
-            each = [covered(sp, start, end) for sp in hp.threads.values()]
+            each = [covered(sp, start, end) for sp in by_thread(hp)]
             if t <= 0 and not any(each):
                 continue
             v = hp.totals if window is None else hp.windows.get(window, zero)
@@ -266,7 +277,7 @@ class HostTotals:
             if hp is None:
                 continue
             t = covered(hp.spans, s, e)
-            each = [covered(sp, s, e) for sp in hp.threads.values()]
+            each = [covered(sp, s, e) for sp in by_thread(hp)]
             if t <= 0 and not any(each):
                 continue
             mpi = mpi or covered(hp.mpi_spans, s, e) > 0
@@ -349,6 +360,24 @@ def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
     return HostMetrics(parallel_efficiency=pe, mpi_parallel_efficiency=mpe,
                        device_offload_efficiency=doe, process_offload_efficiency=pdoe,
                        load_balance=lb, communication_efficiency=ce, hosts=out)
+
+
+def thread_spans(hp: HostProcess, tid: int) -> Spans:
+    """The spans host thread ``tid`` of ``hp`` is captured over, in the order added."""
+    if not hp.threads:
+        return []
+    recs = np.array(hp.threads, np.int64).reshape(-1, 3)  # a copy: the array grows
+    mine = recs[recs[:, 0] == tid]
+    return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
+
+
+def by_thread(hp: HostProcess) -> list[Spans]:
+    """Each host thread's spans (``thread_spans``), threads in the order first met."""
+    out: dict[int, Spans] = {}
+    t = hp.threads.tolist()
+    for j in range(0, len(t), 3):
+        out.setdefault(t[j], []).append((t[j + 1], t[j + 2]))
+    return list(out.values())
 
 
 def restore_process(host: str, pid: int, rank: int | None, spans: Sequence[Sequence[int]],

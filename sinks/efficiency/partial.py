@@ -274,8 +274,8 @@ def _host_state(m: EfficiencyModel, hp: HostProcess) -> HostState:
     return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
                      mpi_spans=sorted(hp.mpi_spans), totals=list(hp.totals),
                      windows=_rows(hp.windows), instances=by_name(hp.instances),
-                     threads=sorted((t, s[0], s[1]) for t, sp in hp.threads.items()
-                                    for s in sp),
+                     threads=sorted((t[j], t[j + 1], t[j + 2])
+                                    for t in (hp.threads,) for j in range(0, len(t), 3)),
                      thread_totals=list(hp.thread_totals),
                      thread_windows=_rows(hp.thread_windows),
                      thread_instances=by_name(hp.thread_instances))
@@ -318,8 +318,8 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         hp = m._host.processes[(h.host, h.pid)] = restore_process(
             h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.totals, h.windows.keys,
             h.windows.values)
-        for tid, lo, hi in h.threads:
-            hp.threads.setdefault(tid, []).append((lo, hi))
+        for span in h.threads:
+            hp.threads.extend(span)
         hp.thread_totals = list(h.thread_totals) or [0] * HOST_WIDTH
         flat = h.thread_windows.values
         hp.thread_windows = {k: list(flat[i * HOST_WIDTH:(i + 1) * HOST_WIDTH])

@@ -81,7 +81,7 @@ def rows() -> np.ndarray:
     return np.zeros((0, WIDTH), np.int64)
 
 
-@dataclass
+@dataclass(slots=True)
 class Device:
     """A physical GPU of the job: (host, CUDA id), all its streams and processes flattened."""
 

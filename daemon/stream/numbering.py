@@ -3,7 +3,8 @@
 Tasks are keyed by (host, pid), never pid alone; threads of a task by ``(0, tid, 0)`` for CPU
 threads and ``(1, device, stream)`` for GPU streams; event values by their label within a value
 group. Canonical order: tasks by MPI rank when known, else host then pid; threads CPU first by
-tid, then streams by (device, stream); values by label.
+tid, then streams by (device, stream); values by label. A canonical task always starts with a
+CPU thread (its main thread, tid = pid, when it has GPU rows only).
 A live numbering only ever appends, so published ids never change.
 """
 
@@ -23,14 +24,16 @@ from prvstream.sinks.paraver.format import (
     row_label,
 )
 
-__all__ = ["Numbering", "NumberingState", "TaskEntry", "ThreadKey", "clean_label", "cpu_key",
-           "gpu_key"]
+__all__ = ["MAIN_THREAD", "Numbering", "NumberingState", "TaskEntry", "ThreadKey", "clean_label",
+           "cpu_key", "gpu_key"]
 
 log = get_logger(__name__)
 
 #: Unicode categories never written into a label: controls (\t, \r, U+0085 ...) and the line
 #: and paragraph separators (U+2028, U+2029): line-splitting readers of .pcf/.row break on them
 _UNWRITTEN = frozenset({"Cc", "Zl", "Zp"})
+#: name (before the tid) of the main thread a canonical task with GPU rows only gets
+MAIN_THREAD = "(main thread)"
 #: tasks whose thread lookups are kept at once (rebuilt from ``thread_keys`` when dropped)
 _THREAD_INDEXES = 256
 
@@ -233,6 +236,12 @@ class Numbering:
         numbering = cls()
         for (host, pid), (name, rank, threads) in sorted(merged.items(), key=order):
             task_id = numbering.task(host, pid, name, rank)
+            if threads and min(threads)[0] != 0:
+                # a task's rows start with a CPU thread, as in Extrae traces: readers that take
+                # the .row by position (BasicAnalysis) read a stream row before any THREAD row
+                # as a thread of the previous task. A process with GPU rows only gets its main
+                # thread (tid = pid), which holds no records.
+                numbering.thread(task_id, cpu_key(pid), f"{MAIN_THREAD} {pid}")
             for key in sorted(threads):
                 numbering.thread(task_id, key, threads[key])
         for group in sorted(values):

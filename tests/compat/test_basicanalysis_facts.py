@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -112,3 +115,50 @@ def test_basicanalysis_reads_nsys2prv_traces_kernel_time_like_ours(export: Path,
     assert sorted(got.useful.values()) == sorted(ours.useful.values())
     assert sum(got.comm.values()) <= sum(ours.comm_with_nccl.values())
     assert got.host_threads > 0 and 0.0 < got.offload(got.trace_ns) <= 1.0
+
+
+def _gpu_only_process(export: Path, work: Path) -> tuple[Path, int] | None:
+    """A copy of ``export`` where the last process with kernels has no CPU-thread rows."""
+    copy = work / export.name
+    shutil.copyfile(export, copy)
+    with closing(sqlite3.connect(copy)) as db:
+        pids = sorted({int(g) >> 24 & 0xFFFFFF for (g,) in db.execute(
+            "SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")})
+        if len(pids) < 2:
+            return None
+        tables = [name for (name,) in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if "globalTid" in columns and table != "ThreadNames":
+                db.execute(f"DELETE FROM {table} WHERE (globalTid >> 24) & 16777215 = ?",
+                           (pids[-1],))
+        db.commit()
+    return copy, pids[-1]
+
+
+@pytest.mark.parametrize("export", real_export_params())
+def test_a_process_with_gpu_rows_only_starts_with_its_main_thread(export: Path,
+                                                                   tmp_path: Path) -> None:
+    """Its Extrae path reads the .row by position: a task whose first row were a stream would
+    be read as threads of the previous task, and its devices' time lost. A process with GPU
+    rows only gets its main thread first (no records), so every row is read as itself."""
+    found = _gpu_only_process(export, tmp_path)
+    if found is None:
+        pytest.skip(f"{export.name} has one process with kernels")
+    copy, pid = found
+    out = tmp_path / "out"
+    assert cli("convert", str(copy), "-o", str(out), "--no-progress") == 0
+    threads, _, counts = _rows(out)
+    tasks = [line for line in out.with_name(out.name + ".row").read_text().splitlines()
+             if f":{pid} " in line]
+    assert len(tasks) == 1
+    got = analyse(out.with_name(out.name + ".prv"))
+    objects = [(task, thread) for task, n in enumerate(counts, 1) for thread in range(1, n + 1)]
+    assert got.positional == objects
+    assert all(HOST_ROW.match(threads[sum(counts[:i])]) for i in range(len(counts)))
+    summary = json.loads(out.with_name(out.name + ".summary.json").read_text())
+    assert {f"{d['host']}:D{d['device']}": d["useful_ns"] for d in summary["devices"]} \
+        == got.useful
+    # the main thread holds nothing: one more host thread for it than for the summary
+    assert got.host_threads == sum(h["threads"] for h in summary["host_metrics"]["hosts"]) + 1

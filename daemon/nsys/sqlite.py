@@ -91,6 +91,10 @@ def connect_read_only(p: Path) -> sqlite3.Connection:
     try:
         con.execute("PRAGMA query_only=1")
         con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
+        # one read transaction for the connection's life: its statements share one shared
+        # lock and one check of the file (without it SQLite locks, looks for a hot journal
+        # and re-reads the header at every statement: 8 system calls each)
+        con.execute("BEGIN")
     except sqlite3.DatabaseError as exc:
         con.close()
         raise NotAnExport(f"{p}: unreadable SQLite database ({exc}); re-export the report "

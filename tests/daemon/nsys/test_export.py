@@ -451,3 +451,28 @@ def test_every_tables_facts_in_one_statement_are_each_tables_own(path: Path) -> 
     finally:
         together.close()
         alone.close()
+
+
+def test_reads_share_one_transaction_per_connection(tmp_path: Path) -> None:
+    """Every statement of a connection runs in one read transaction (one shared lock and one
+    check of the file, not one per statement), reopened with the connection: a writer is
+    refused while it is open and admitted once it is closed."""
+    path = _synthetic(tmp_path / "s.sqlite")
+    with open_export(path) as export:
+        export.plan()
+        assert export.connection.in_transaction
+        writer = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                writer.execute("CREATE TABLE held (a)")
+            export.close()
+            writer.execute("CREATE TABLE admitted (a)")
+            export.reopen()
+            assert export.connection.in_transaction
+            assert export.has("held") is False
+            assert list(export.rows("SELECT COUNT(*) FROM sqlite_master WHERE name = 'held'")) \
+                == [(0,)]
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                writer.execute("CREATE TABLE held (a)")
+        finally:
+            writer.close()

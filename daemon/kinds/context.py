@@ -91,6 +91,10 @@ class Ids(Protocol):
     def value(self, group: str, label: str) -> int: ...
 
 
+#: ``state_end`` of a thread that showed no state yet
+_NO_STATE = int(np.iinfo(np.int64).min)
+
+
 def factorize(chunk: np.ndarray, columns: tuple[str, ...]
               ) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """Distinct combinations of integer columns and each row's index into them.
@@ -253,7 +257,7 @@ class ReportContext:
     # -- state across chunks -----------------------------------------------------------------
     def state_end(self, kind: str, task: int, thread: int) -> int:
         """End of the last state ``kind`` showed on (task, thread) (int64 min when none)."""
-        return self._state_end.get((kind, task, thread), int(np.iinfo(np.int64).min))
+        return self._state_end.get((kind, task, thread), _NO_STATE)
 
     def set_state_end(self, kind: str, task: int, thread: int, end: int) -> None:
         self._state_end[(kind, task, thread)] = end

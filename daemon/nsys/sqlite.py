@@ -35,7 +35,11 @@ METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 def ro_uri(path: Path) -> str:
     """A read-only SQLite URI for ``path`` (quoted: a ``#`` or ``?`` in it stays in the path,
     and a name that is not UTF-8 keeps its bytes)."""
-    return "file:" + urllib.parse.quote(os.fsencode(Path(path).resolve())) + "?mode=ro"
+    return _uri(Path(path).resolve())
+
+
+def _uri(resolved: Path) -> str:
+    return "file:" + urllib.parse.quote(os.fsencode(resolved)) + "?mode=ro"
 
 
 def header_problem(path: Path) -> str | None:
@@ -76,13 +80,14 @@ def _decode_text(raw: bytes) -> str:
 
 
 def connect_read_only(p: Path) -> sqlite3.Connection:
-    """A read-only connection to the file at ``p`` after checking its SQLite header."""
+    """A read-only connection to the file at ``p`` (a resolved path: ``Export`` keeps its
+    own, resolved once) after checking its SQLite header."""
     problem = header_problem(p)
     if problem is not None:
         raise NotAnExport(f"{p}: {problem}; point prvstream at an Nsight Systems SQLite "
                           f"export (nsys export --type sqlite) that has been fully written")
     try:
-        con = sqlite3.connect(ro_uri(p), uri=True, check_same_thread=False)
+        con = sqlite3.connect(_uri(p), uri=True, check_same_thread=False)
     except sqlite3.Error as exc:
         raise NotAnExport(f"{p}: cannot open as SQLite ({exc}); check the file and its "
                           f"permissions") from exc

@@ -76,8 +76,8 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
                 failed.append((raw, str(exc)))
         else:
             found.append(path)
-    unique = sorted({p.resolve(): p for p in found}.values(), key=lambda p: str(p.resolve()))
-    return unique, failed
+    resolved = {p.resolve(): p for p in found}
+    return [resolved[r] for r in sorted(resolved, key=str)], failed
 
 
 def _check_requested(reports: list[PreparedReport], wanted: list[str]) -> None:

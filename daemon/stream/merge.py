@@ -59,7 +59,9 @@ log = get_logger(__name__)
 Stream = Iterator[tuple[RecordBatch, int]]
 
 #: watermark of an exhausted stream
-_DONE = np.iinfo(np.int64).max
+_DONE = int(np.iinfo(np.int64).max)
+#: watermark of a stream not pulled yet
+_FIRST = int(np.iinfo(np.int64).min)
 
 
 def _sort_order(keys: np.ndarray) -> np.ndarray:
@@ -110,7 +112,7 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
     #: pooled batches with their full-key order and the times in that order
     pool: list[tuple[RecordBatch, np.ndarray, np.ndarray]] = []
     for index, stream in enumerate(streams):
-        heap.append((np.iinfo(np.int64).min, index, stream))
+        heap.append((_FIRST, index, stream))
     heapq.heapify(heap)
     while heap:
         _, index, stream = heapq.heappop(heap)
@@ -124,7 +126,7 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
                 pool.append((batch, order, batch.keys[order, KEY_TIME]))
             heapq.heappush(heap, (watermark, index, stream))
         horizon = heap[0][0] if heap else _DONE
-        if horizon == np.iinfo(np.int64).min or not pool:
+        if horizon == _FIRST or not pool:
             continue
         ready: list[tuple[RecordBatch, np.ndarray]] = []
         rest: list[tuple[RecordBatch, np.ndarray, np.ndarray]] = []
@@ -146,7 +148,7 @@ def merge_whole(streams: list[Stream]) -> Iterator[tuple[RecordBatch, int]]:
     ``merge`` pulls them (lowest watermark first, ties in input order), so whatever they do as
     they are pulled happens in the same order, and their records are sorted once instead of at
     every pull (a merge's output depends only on the records)."""
-    heap: list[tuple[int, int, Stream]] = [(int(np.iinfo(np.int64).min), i, s)
+    heap: list[tuple[int, int, Stream]] = [(_FIRST, i, s)
                                            for i, s in enumerate(streams)]
     batches: list[RecordBatch] = []
     while heap:

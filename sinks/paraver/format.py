@@ -154,12 +154,26 @@ _LABEL_LIMIT = 400
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
+#: labels made before (every report of a job names the same kernels and calls), bounded:
+#: texts up to the label limit, at most this many
+_SANITIZED: dict[str, str] = {}
+_SANITIZED_KEPT = 4096
+
+
 def sanitize_label(text: str) -> str:
     """Make a name safe for one .pcf/.row line: no control characters, bounded length."""
+    found = _SANITIZED.get(text)
+    if found is not None:
+        return found
     clean = _CONTROL.sub(" ", text).strip()
     if len(clean) > _LABEL_LIMIT:
         clean = clean[: _LABEL_LIMIT - 3] + "..."
-    return clean or "(unnamed)"
+    clean = clean or "(unnamed)"
+    if len(text) <= _LABEL_LIMIT:
+        if len(_SANITIZED) >= _SANITIZED_KEPT:
+            _SANITIZED.clear()
+        _SANITIZED[text] = clean
+    return clean
 
 
 @dataclass(slots=True)

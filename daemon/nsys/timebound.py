@@ -42,6 +42,11 @@ _SAMPLES: Final = 65
 BOUND_MARGIN_NS: Final = 7 * 86_400 * 1_000_000_000
 
 
+#: (schema key, kind) -> the kind's tables in exports of that schema (``ExportClock.sources``)
+_SOURCES: dict[tuple[int, str], tuple[KindSource, ...]] = {}
+_SOURCES_KEPT = 512
+
+
 def session_margin(duration_ns: int) -> int:
     """How long after the recorded end of a session of ``duration_ns`` rows are trusted."""
     return SESSION_MARGIN_NS + duration_ns // 10
@@ -51,8 +56,16 @@ class ExportClock(ExportNames):
     """An export's session clock, anchor and trusted time bound (each computed once)."""
 
     def sources(self, kind: str) -> list[KindSource]:
-        """The tables present in this export that feed ``kind`` (possibly empty ones)."""
-        return registry.get(kind).sources(self)
+        """The tables present in this export that feed ``kind`` (possibly empty ones): found
+        from the schema alone, so once per schema (planning asks about 45 times a report)."""
+        key = (self.schema_key, kind)
+        found = _SOURCES.get(key)
+        if found is None:
+            found = tuple(registry.get(kind).sources(self))
+            if len(_SOURCES) >= _SOURCES_KEPT:
+                _SOURCES.clear()
+            _SOURCES[key] = found
+        return list(found)
 
     @memoized
     def _session_clock(self) -> tuple[int | None, int | None]:

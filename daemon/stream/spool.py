@@ -12,6 +12,7 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +24,10 @@ __all__ = ["ReportSpool"]
 log = get_logger(__name__)
 
 _PHASES, _ACTIVITY, _TABLES, _DETAIL, _HOST = 0, 1, 2, 3, 4
+#: a spool holds its feed in memory up to this many rows (or parts), then writes it as one
+#: frame: a small report is one frame, not one pickle per part (13 a report with every kind)
+_HOLD_ROWS = 8192
+_HOLD_PARTS = 64
 
 
 class ReportSpool:
@@ -44,28 +49,42 @@ class ReportSpool:
             self._fh = os.fdopen(fd, "w+b")
         self.info: ReportInfo | None = None
         self.closed = False
+        self._held: list[tuple[int, object]] = []
+        self._held_rows = 0
 
     # -- Sink protocol ---------------------------------------------------------------------
     def begin_report(self, info: ReportInfo) -> None:
         self.info = info
 
     def add_activity(self, batch: np.ndarray) -> None:
-        pickle.dump((_ACTIVITY, batch), self._fh, protocol=5)
+        self._hold(_ACTIVITY, batch, len(batch))
 
     def add_phases(self, batch: np.ndarray) -> None:
-        pickle.dump((_PHASES, batch), self._fh, protocol=5)
+        self._hold(_PHASES, batch, len(batch))
 
     def add_host(self, batch: np.ndarray) -> None:
-        pickle.dump((_HOST, batch), self._fh, protocol=5)
+        self._hold(_HOST, batch, len(batch))
 
     def add_tables(self, rows: TableRows) -> None:
-        pickle.dump((_TABLES, rows), self._fh, protocol=5)
+        self._hold(_TABLES, rows, len(rows.names))
 
     def add_table_detail(self, rows: TableDetail) -> None:
-        pickle.dump((_DETAIL, rows), self._fh, protocol=5)
+        self._hold(_DETAIL, rows, len(rows.start))
 
     def end_report(self) -> None:
+        self._write_held()
         self.closed = True
+
+    def _hold(self, kind: int, part: object, rows: int) -> None:
+        self._held.append((kind, part))
+        self._held_rows += rows
+        if self._held_rows >= _HOLD_ROWS or len(self._held) >= _HOLD_PARTS:
+            self._write_held()
+
+    def _write_held(self) -> None:
+        if self._held:
+            pickle.dump(self._held, self._fh, protocol=5)
+            self._held, self._held_rows = [], 0
 
     # -- replay ----------------------------------------------------------------------------
     def replay(self, sink: Sink) -> None:
@@ -77,25 +96,11 @@ class ReportSpool:
         sink.begin_report(self.info)
         while True:
             try:
-                kind, batch = pickle.load(self._fh)  # our own temporary file
+                frame = pickle.load(self._fh)  # our own temporary file
             except EOFError:
                 break
-            if kind == _ACTIVITY:
-                sink.add_activity(batch)
-            elif kind == _TABLES:
-                add_tables = getattr(sink, "add_tables", None)
-                if add_tables is not None:
-                    add_tables(batch)
-            elif kind == _DETAIL:
-                add_detail = getattr(sink, "add_table_detail", None)
-                if add_detail is not None:
-                    add_detail(batch)
-            elif kind == _HOST:
-                add_host = getattr(sink, "add_host", None)
-                if add_host is not None:
-                    add_host(batch)
-            else:
-                sink.add_phases(batch)
+            for kind, batch in frame:
+                _feed(sink, kind, batch)
         sink.end_report()
 
     def detach(self) -> tuple[str, ReportInfo]:
@@ -124,3 +129,18 @@ class ReportSpool:
         self._fh.close()
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+
+def _feed(sink: Sink, kind: int, part: Any) -> None:
+    """One recorded part into ``sink``, by the method that recorded it (the optional ones
+    only where the sink has them)."""
+    if kind == _ACTIVITY:
+        sink.add_activity(part)
+    elif kind == _PHASES:
+        sink.add_phases(part)
+    else:
+        name = {_TABLES: "add_tables", _DETAIL: "add_table_detail", _HOST: "add_host"}[kind]
+        add = getattr(sink, name, None)
+        if add is not None:
+            add(part)

@@ -97,3 +97,40 @@ def test_a_spool_without_a_directory_leaves_no_file_behind(
     with pytest.raises(RuntimeError, match="anonymous"):
         spool.detach()
     spool.discard()
+
+
+def _frames(spool: ReportSpool) -> int:
+    import pickle
+
+    spool._fh.flush()
+    spool._fh.seek(0)
+    count = 0
+    while True:
+        try:
+            pickle.load(spool._fh)
+        except EOFError:
+            return count
+        count += 1
+
+
+@pytest.mark.parametrize("parts", [1, 5, 63, 64, 65, 300])
+def test_parts_are_written_in_frames_and_replayed_in_order(tmp_path: Path, parts: int) -> None:
+    """A small report's parts are one frame; many parts or many rows make more frames, held
+    in memory up to a bound; the replay is the feed in order either way."""
+    spool, direct, replayed = ReportSpool(tmp_path), Recorder(), Recorder()
+    big = np.arange(5000)
+    for sink in (spool, direct):
+        sink.begin_report(_info())
+        for i in range(parts):
+            if i % 2:
+                sink.add_phases(_rows(PHASE_DTYPE, [i]))
+            else:
+                sink.add_activity(_rows(ACTIVITY_DTYPE, (big + i).tolist() if i % 10 == 4
+                                        else [i, i + 1]))
+        sink.end_report()
+    spool.replay(replayed)
+    assert replayed.calls == direct.calls
+    assert 1 <= _frames(spool) <= 1 + parts // 64 + parts // 20
+    if parts <= 5:
+        assert _frames(spool) == 1
+    spool.discard()

@@ -113,8 +113,12 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     st = start.tolist()
     en = end.tolist()
     vl = value.tolist()
+    stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}  # the chunk's look-ups
     for i in pushpop.tolist():
-        stack = ctx.nvtx_stack(gt[i], dl[i])
+        key = (gt[i], dl[i])
+        stack = stacks.get(key)
+        if stack is None:
+            stack = stacks[key] = ctx.nvtx_stack(*key)
         while stack and stack[-1][0] <= st[i]:
             stack.pop()
         for parent_end, parent_value in reversed(stack):

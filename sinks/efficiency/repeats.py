@@ -30,10 +30,12 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
     code = (local.astype(np.int64) << 32) | (stream.astype(np.int64) & 0xFFFFFFFF)
     uniq, inverse = unique_inverse(code)
     out: np.ndarray | None = None
+    one = len(uniq) == 1
     for j, c in enumerate(uniq.tolist()):
-        at = np.flatnonzero(inverse == j)
-        s = start[at]
-        i, st = c >> 32, int(np.int32(np.uint32(c & 0xFFFFFFFF)))
+        at = None if one else (inverse == j).nonzero()[0]
+        s = start if at is None else start[at]
+        i, st = c >> 32, c & 0xFFFFFFFF
+        st -= (1 << 32) if st >= (1 << 31) else 0  # the stream id's int32 sign back
         gid, pid = int(rep.devices[i]), int(rep.pids[i])
         span = rep.streams.get((gid, pid, st))
         lo, hi = int(s[0]), int(s[-1])
@@ -48,7 +50,7 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
         if hit.any():
             rep.repeats.add(gid)
             out = np.zeros(len(start), bool) if out is None else out
-            out[at[hit]] = True
+            out[hit if at is None else at[hit]] = True
     return out
 
 

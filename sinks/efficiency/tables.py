@@ -145,7 +145,7 @@ def phase_rows(detail: TableDetail, origin: int,
     for name, (lo, reach) in sorted(spans.items()):
         if not len(lo):
             continue
-        idx = np.searchsorted(lo, t, side="right") - 1
+        idx = lo.searchsorted(t, side="right") - 1
         inside = (idx >= 0) & (reach[np.maximum(idx, 0)] > t)
         if inside.any():
             out.append((name, detail.take(inside).rows()))

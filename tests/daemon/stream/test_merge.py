@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.stream import merge as merge_module
@@ -135,8 +135,11 @@ def test_sort_batch_orders_by_full_key() -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.integers(-(2**62), 2**62), min_size=3, max_size=3), max_size=30))
+@given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=3, max_size=3),
+                max_size=30))
+@example([[-(2**63), 2**63 - 1, 0], [-1, 9, 10], [-10, 99, -(10**18)], [10**18, -9, 1]])
 def test_compiled_and_python_formatters_agree(rows: list[list[int]]) -> None:
+    """Every int64 (the C formatter sizes each line's digits exactly before writing)."""
     fmt = template("1:%d:x:%d:%d")
     fields = np.zeros((len(rows), WIDTH), dtype=np.int64)
     if rows:

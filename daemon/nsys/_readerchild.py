@@ -46,8 +46,12 @@ __all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
 FRAME = struct.Struct("<iiq")
 STATUS_OK, STATUS_SQLITE, STATUS_BAD_VALUE = 0, 1, 2
 #: a 256 KiB page cache, which also sizes SQLite's sorted runs (setting ``temp_store=FILE``,
-#: ``temp.cache_size=-256`` and ``threads=0`` as well measured 10 MiB more at 10M rows)
-PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-256")
+#: ``temp.cache_size=-256`` and ``threads=0`` as well measured 10 MiB more at 10M rows), and a
+#: soft heap limit: the comm join's automatic indexes (one per joined table) are temporary
+#: b-trees whose page caches no pragma sizes (2 MiB each), which the limit makes recycle pages
+#: instead of growing (the comm query alone at 10M rows: 9.3 -> 5.2 MiB of SQLite memory,
+#: 1M rows: 4.6 -> 3.0; the same rows, no slower)
+PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-256", "PRAGMA soft_heap_limit=1000000")
 #: the answer to an ``open`` with ``presort``: the reorder window (``<q``; 0: SQLite sorts)
 STATUS_WINDOW = 3
 WINDOW = struct.Struct("<q")

@@ -15,8 +15,11 @@ import sqlite3
 
 __all__ = ["BLOCK", "block_bounds", "reorder_window", "window_of"]
 
-#: rowids per block whose start bounds are read
-BLOCK = 4096
+#: rowids per block whose start bounds are read. The window is a whole number of blocks, so
+#: small blocks bound it tighter: on the synthetic exports 512 holds back 32k rows over the
+#: seven tables against 66k with 4096 (about 2.5 MiB less in the converter), for the same
+#: rows scanned in 8x the (short) range queries
+BLOCK = 512
 
 
 def block_bounds(con: sqlite3.Connection, table: str, start: str, where: str = "",

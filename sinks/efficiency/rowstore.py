@@ -5,12 +5,19 @@ Instance ids are handed out in the order occurrences are met, so the ids a devic
 process adds time to move forward with the report: rows below the smallest id still open are
 final and are packed (only rows that are not all zero), which keeps a long report's table at
 one row per closed instance instead of a doubling array over every id of the job, and a
-device or process of a small report at a few hundred bytes.
+device or process of a small report at a few hundred bytes. Past ``SPILL_BYTES`` of packed
+records a store moves their rows to an unlinked temporary file and keeps only their keys in
+memory, so a long report's settled instances do not stay resident (``get`` reads one row back).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
+import weakref
 from array import array
+from typing import IO
 
 import numpy as np
 
@@ -23,20 +30,65 @@ log = get_logger(__name__)
 
 #: rows the dense block starts with when it grows from nothing
 _FIRST = 8
+#: packed records (bytes) held in memory before their rows go to the store's file
+SPILL_BYTES = 1 << 16
+#: temporary files the stores of a process hold open at once (beyond it rows stay in memory)
+MAX_FILES = 64
+_files_lock = threading.Lock()
+_files_open = 0
+
+
+def _open_file() -> IO[bytes] | None:
+    """A new unlinked temporary file, or None when ``MAX_FILES`` are open."""
+    global _files_open
+    with _files_lock:
+        if _files_open >= MAX_FILES:
+            return None
+        _files_open += 1
+    try:
+        return tempfile.TemporaryFile(prefix="prvstream-rows-")
+    except OSError as exc:
+        _close_file(None)
+        log.warning("rowstore_spill_unavailable", error=str(exc))
+        return None
+
+
+def _close_file(fh: IO[bytes] | None) -> None:
+    global _files_open
+    if fh is not None:
+        fh.close()
+    with _files_lock:
+        _files_open -= 1
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        got = os.pread(fd, size, offset)
+        if not got:
+            raise OSError(f"short read from a temporary file at {offset}")
+        parts.append(got)
+        size -= len(got)
+        offset += len(got)
+    return b"".join(parts)
 
 
 class RowStore:
     """Rows of ``width`` int64 by key: ``dense`` (None when empty) holds keys [``base``,
-    ``base + len(dense)``); ``_packed`` the keys below ``base``, sorted and distinct, each
-    followed by its row (``width + 1`` int64 a record; None when there are none)."""
+    ``base + len(dense)``); the keys below ``base``, sorted and distinct, are packed: the
+    first ``len(_keys)`` with their rows in ``_file`` (row j at byte j x width x 8), the rest
+    in ``_packed``, each key followed by its row (``width + 1`` int64 a record; None when
+    there are none)."""
 
-    __slots__ = ("_packed", "base", "dense", "width")
+    __slots__ = ("__weakref__", "_file", "_keys", "_packed", "base", "dense", "width")
 
     def __init__(self, width: int) -> None:
         self.width = width
         self.base = 0
         self.dense: np.ndarray | None = None
         self._packed: array[int] | None = None
+        self._keys: array[int] | None = None
+        self._file: IO[bytes] | None = None
 
     def __len__(self) -> int:
         """Rows held (packed ones and the dense block's)."""
@@ -45,13 +97,17 @@ class RowStore:
     def _n_dense(self) -> int:
         return 0 if self.dense is None else len(self.dense)
 
+    def _n_spilled(self) -> int:
+        return 0 if self._keys is None else len(self._keys)
+
     def _n_packed(self) -> int:
-        return 0 if self._packed is None else len(self._packed) // (self.width + 1)
+        held = 0 if self._packed is None else len(self._packed) // (self.width + 1)
+        return self._n_spilled() + held
 
     def _reserve(self, lo: int, hi: int) -> np.ndarray:
         """The dense block, made to cover keys [lo, hi) (``lo`` at or above ``base``)."""
         if self.dense is None:  # start the block at the first key (never below packed ones)
-            self.base = lo if self._packed is None else max(self.base, lo)
+            self.base = lo if not self._n_packed() else max(self.base, lo)
         n = self._n_dense()
         need = hi - self.base
         if self.dense is None or need > n:
@@ -67,7 +123,7 @@ class RowStore:
         if not len(keys):
             return
         keys = np.asarray(keys, np.int64)
-        if int(keys.min()) < self.base and (self.dense is not None or self._packed is not None):
+        if int(keys.min()) < self.base and (self.dense is not None or self._n_packed()):
             low = keys < self.base
             extra = np.zeros((int(low.sum()), self.width), np.int64)
             extra[:, cols] = values[low]
@@ -83,10 +139,20 @@ class RowStore:
 
     def _unpack(self) -> tuple[np.ndarray, np.ndarray]:
         """Copies of the packed keys and rows."""
-        if self._packed is None:
-            return np.zeros(0, np.int64), np.zeros((0, self.width), np.int64)
-        flat = np.array(self._packed, np.int64).reshape(-1, self.width + 1)
-        return flat[:, 0].copy(), flat[:, 1:].copy()
+        keys, vals = [np.zeros(0, np.int64)], [np.zeros((0, self.width), np.int64)]
+        n = self._n_spilled()
+        if n:
+            assert self._keys is not None and self._file is not None
+            keys.append(np.array(self._keys, np.int64))
+            data = _pread(self._file.fileno(), n * self.width * 8, 0)
+            vals.append(np.frombuffer(data, np.int64).reshape(n, self.width).copy())
+        if self._packed is not None:
+            flat = np.array(self._packed, np.int64).reshape(-1, self.width + 1)
+            keys.append(flat[:, 0].copy())
+            vals.append(flat[:, 1:].copy())
+        if len(keys) == 2:
+            return keys[1], vals[1]
+        return np.concatenate(keys), np.concatenate(vals)
 
     def _set_packed(self, keys: np.ndarray, vals: np.ndarray) -> None:
         """Replace the packed records by ``keys`` (any order, repeats summed) and rows."""
@@ -94,6 +160,7 @@ class RowStore:
         summed = np.zeros((len(uk), self.width), np.int64)
         np.add.at(summed, inv, vals)
         self._packed = None
+        self._keys = None  # the file's rows are written over from its start
         self._append(uk, summed)
 
     def _append(self, keys: np.ndarray, vals: np.ndarray) -> None:
@@ -106,6 +173,32 @@ class RowStore:
             self._packed = array("q", recs.ravel().tobytes())
         else:
             self._packed.frombytes(recs.ravel().tobytes())
+        if len(self._packed) * 8 >= SPILL_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        """Move the in-memory records' rows to the file (their keys stay in ``_keys``)."""
+        if self._file is None:
+            self._file = _open_file()
+            if self._file is None:
+                return
+            weakref.finalize(self, _close_file, self._file)
+        assert self._packed is not None
+        flat = np.frombuffer(self._packed, np.int64).reshape(-1, self.width + 1)
+        n = self._n_spilled()
+        os.pwrite(self._file.fileno(), flat[:, 1:].tobytes(), n * self.width * 8)
+        if self._keys is None:
+            self._keys = array("q")
+        self._keys.frombytes(flat[:, 0].tobytes())
+        del flat  # no view of the array outlives the call
+        self._packed = None
+
+    def _last_key(self) -> int:
+        """The greatest packed key (some are packed)."""
+        if self._packed is not None:
+            return int(self._packed[-(self.width + 1)])
+        assert self._keys is not None
+        return int(self._keys[-1])
 
     def settle(self, below: int | None = None) -> None:
         """Pack the rows of keys below ``below`` (all with None): no time is added to them
@@ -134,6 +227,15 @@ class RowStore:
             del keys  # no view of the array outlives the call (it grows)
             if found:
                 return np.array(self._packed[i * w + 1:(i + 1) * w], np.int64)
+        if key < self.base and self._keys is not None and self._file is not None:
+            spilled = np.frombuffer(self._keys, np.int64)
+            i = int(np.searchsorted(spilled, key))
+            found = i < len(spilled) and int(spilled[i]) == key
+            del spilled
+            if found:
+                size = self.width * 8
+                return np.frombuffer(_pread(self._file.fileno(), size, i * size),
+                                     np.int64).copy()
         return None
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
@@ -154,5 +256,5 @@ class RowStore:
         self._set_packed(np.concatenate((held_k, np.asarray(keys, np.int64))),
                          np.concatenate((held_v,
                                          np.asarray(vals, np.int64).reshape(-1, self.width))))
-        if self._packed is not None:
-            self.base = int(self._packed[-(self.width + 1)]) + 1
+        if self._n_packed():
+            self.base = self._last_key() + 1

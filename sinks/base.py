@@ -128,10 +128,12 @@ class TableRows:
 
 @dataclass(frozen=True)
 class TableDetail:
-    """One chunk's rows of a top-N table, unaggregated, for the tables per phase: row i is
-    named ``labels[inverse[i]]``, starts at ``start[i]`` (report time, as activity) in process
+    """One chunk's rows of a top-N table, unaggregated: row i is named
+    ``labels[inverse[i]]``, starts at ``start[i]`` (report time, as activity) in process
     ``process[i]`` (index into ``ReportInfo.processes``), lasts ``duration[i]`` ns and moves
-    ``nbytes[i]`` bytes (0 where none)."""
+    ``nbytes[i]`` bytes (0 where none); a GPU operation ran on device ``device[i]`` (index
+    into ``ReportInfo.devices``; -1 for NVTX ranges) and stream ``stream[i]``, which tell the
+    rows an overlapping earlier report holds (``efficiency.repeats``)."""
 
     table: str
     labels: list[str]
@@ -140,11 +142,14 @@ class TableDetail:
     process: np.ndarray
     duration: np.ndarray
     nbytes: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
 
     def take(self, sel: np.ndarray) -> TableDetail:
         """The rows ``sel`` (a mask or indices)."""
         return TableDetail(self.table, self.labels, self.inverse[sel], self.start[sel],
-                           self.process[sel], self.duration[sel], self.nbytes[sel])
+                           self.process[sel], self.duration[sel], self.nbytes[sel],
+                           self.device[sel], self.stream[sel])
 
     def rows(self) -> TableRows:
         """The rows aggregated per name."""
@@ -153,14 +158,19 @@ class TableDetail:
 
 def table_detail(table: str, labels: list[str], inverse: np.ndarray, start: np.ndarray,
                  process: np.ndarray, duration: np.ndarray,
-                 nbytes: np.ndarray | None = None) -> TableDetail:
-    """A ``TableDetail`` (``nbytes`` zero when None)."""
+                 nbytes: np.ndarray | None = None, device: np.ndarray | None = None,
+                 stream: np.ndarray | None = None) -> TableDetail:
+    """A ``TableDetail`` (``nbytes`` and ``stream`` zero, ``device`` -1 when None)."""
     n = len(inverse)
     return TableDetail(table, labels, np.asarray(inverse, np.int64).ravel(),
                        np.asarray(start, np.int64), np.asarray(process, np.int64),
                        np.asarray(duration, np.int64),
                        np.zeros(n, np.int64) if nbytes is None
-                       else np.asarray(nbytes, np.int64))
+                       else np.asarray(nbytes, np.int64),
+                       np.full(n, -1, np.int32) if device is None
+                       else np.asarray(device, np.int32),
+                       np.zeros(n, np.int32) if stream is None
+                       else np.asarray(stream, np.int32))
 
 
 #: ``np.iinfo(np.int64)``'s bounds (building an ``iinfo`` costs microseconds a call)
@@ -193,8 +203,9 @@ class Sink(Protocol):
     ``begin_report`` comes first; then ``add_activity`` and ``add_phases`` are called in
     non-decreasing ``start`` order across both kinds (a phase starting at t arrives before any
     activity starting after t); ``end_report`` closes the report. Optional methods a sink may
-    have: ``add_tables(TableRows)`` (any order), ``add_table_detail(TableDetail)`` (rows of
-    the tables per phase, each batch after every phase that starts at or before its rows) and
+    have: ``add_table_detail(TableDetail)`` (rows of the top-N tables, for the whole job and
+    per phase, each batch after every phase that starts at or before its rows), else
+    ``add_tables(TableRows)`` (the same rows aggregated per name, any order), and
     ``add_host(HOST_DTYPE rows)`` (host calls in non-decreasing start order, each after every
     phase that starts at or before it).
     """

@@ -65,11 +65,13 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     kind = np.where(nccl, ActivityKind.NCCL, ActivityKind.COMPUTE).astype(np.uint8)
     dur = np.maximum(end - start, 0)
     procs = process_indices(ctx, chunk["gpid"])
-    tables = [table_detail(name, labels, inverse[sel], start[sel], procs[sel], dur[sel])
+    act = activity(ctx, chunk, start, end, kind)
+    tables = [table_detail(name, labels, inverse[sel], start[sel], procs[sel], dur[sel],
+                           device=act["device"][sel], stream=act["stream"][sel])
               for name, sel in (("kernels", ~nccl), ("nccl", nccl)) if sel.any()]
     return ChunkResult(
         interval_batch(ctx, "kernel", RANK, shown, end, task, thread, begin, finish, states),
-        activity=activity(ctx, chunk, start, end, kind), rows=len(chunk), tables=tables,
+        activity=act, rows=len(chunk), tables=tables,
     )
 
 

@@ -94,11 +94,13 @@ def convert_memop(ctx: ReportContext, chunk: np.ndarray, kind: str, rank: int) -
         labels = [MEMCPY_KIND_LABELS.get(k, f"kind {k}") for k in kinds.tolist()]
     else:
         labels, inverse = ["memset"], np.zeros(len(chunk), np.int64)
+    act = activity(ctx, chunk, start, end, act_kind)
     rows = table_detail("memcpy", labels, inverse.ravel(), start,
-                        process_indices(ctx, chunk["gpid"]), np.maximum(end - start, 0), size)
+                        process_indices(ctx, chunk["gpid"]), np.maximum(end - start, 0), size,
+                        device=act["device"], stream=act["stream"])
     return ChunkResult(
         interval_batch(ctx, kind, rank, shown, end, task, thread, begin, finish, states),
-        activity=activity(ctx, chunk, start, end, act_kind), rows=len(chunk), tables=[rows],
+        activity=act, rows=len(chunk), tables=[rows],
     )
 
 

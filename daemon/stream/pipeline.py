@@ -354,8 +354,9 @@ class ActivityRouter:
         self._activity: list[np.ndarray] = []
         self._phases: list[np.ndarray] = []
         self._host: list[np.ndarray] = []
-        #: rows of the tables per phase, held like activity (a row after its phases)
-        self._detail: list[TableDetail] = []
+        #: rows of the top-N tables, held like activity (a row after its phases), each batch
+        #: with its greatest start: fed whole once the horizon passes it (a chunk's rows)
+        self._detail: list[tuple[int, TableDetail]] = []
 
     def add(self, activity: np.ndarray | None, phases: np.ndarray | None,
             tables: list[TableDetail] | None = None, host: np.ndarray | None = None) -> None:
@@ -363,12 +364,11 @@ class ActivityRouter:
             return
         if host is not None and len(host) and hasattr(self.sink, "add_host"):
             self._host.append(host)
-        add_tables = getattr(self.sink, "add_tables", None) if tables else None
-        if add_tables is not None and tables:  # sums: no order to keep
+        if tables and hasattr(self.sink, "add_table_detail"):  # the rows, for every table
+            self._detail.extend((int(d.start.max()), d) for d in tables if len(d.start))
+        elif tables and hasattr(self.sink, "add_tables"):  # sums: no order to keep
             for rows in tables:
-                add_tables(rows.rows())
-        if tables and hasattr(self.sink, "add_table_detail"):
-            self._detail.extend(d for d in tables if len(d.start))
+                self.sink.add_tables(rows.rows())
         if activity is not None and len(activity):
             self._activity.append(activity)
         if phases is not None and len(phases):
@@ -403,17 +403,12 @@ class ActivityRouter:
         host, self._host = self._split(self._host, HOST_DTYPE, horizon)
         if len(host):  # after every phase that starts before the horizon, as add_host asks
             self.sink.add_host(host)  # type: ignore[attr-defined]
-        detail, self._detail = self._detail, []
-        for d in detail:  # likewise after every phase that starts at or before its rows
-            if horizon is None or int(d.start.max()) < horizon:
+        held, self._detail = self._detail, []
+        for last, d in held:  # likewise after every phase that starts at or before its rows
+            if horizon is None or last < horizon:
                 self.sink.add_table_detail(d)  # type: ignore[attr-defined]
-                continue
-            ready = d.start < horizon
-            if ready.any():
-                self.sink.add_table_detail(d.take(ready))  # type: ignore[attr-defined]
-                self._detail.append(d.take(~ready))
             else:
-                self._detail.append(d)
+                self._detail.append((last, d))
 
 
 def _kind_stream(ctx: ReportContext, kind: str, chunks: Iterator[np.ndarray],

@@ -19,6 +19,7 @@ from prvstream.sinks.efficiency.parts import (
     CATEGORY,
     CATEGORY_NCCL_USEFUL,
     NOTE_NAMES,
+    REPEATED,
     Device,
     Name,
     Pending,
@@ -26,7 +27,7 @@ from prvstream.sinks.efficiency.parts import (
     Sweep,
 )
 from prvstream.sinks.efficiency.phases import PhaseInstances, phase_label
-from prvstream.sinks.efficiency.repeats import close_streams, repeated
+from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows, repeated
 from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
@@ -102,6 +103,8 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
         self._tables = Tables()
         #: the top-N tables per phase name (rows attributed by start, ``phase_rows``)
         self._phase_tables: dict[str, Tables] = {}
+        #: (host, pid) -> each report's first and last NVTX range start (``repeats``)
+        self._nvtx: NvtxSpans = {}
         #: host metrics: CUDA runtime and MPI time per host process
         self._host = HostTotals(self.window_ns)
         #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
@@ -171,15 +174,22 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
                              "(see the Sink protocol in prvstream.sinks.base)")
         keep = e > s
         rep.frontier = int(s[-1])
+        cat = self._category[batch["kind"]]
+        own = keep  # rows of its own: an earlier report holds the rest
         again = repeated(self._devices, rep, batch["device"], batch["stream"], s)
-        if again is not None:  # overlapping capture ranges: counted with the earlier report
-            keep &= ~again
+        if again is not None:  # overlapping capture ranges: counted with the earlier report,
+            cat = cat + (again * REPEATED).astype(np.int8)  # swept as what it already saw
+            own = keep & ~again
         if not keep.all():
-            s, e, batch = s[keep], e[keep], batch[keep]
-        if len(s):
+            s, e, batch, cat, own = s[keep], e[keep], batch[keep], cat[keep], own[keep]
+        if again is not None and not own.all():
+            if own.any():
+                rep.first = min(rep.first, int(s[own][0]))
+                rep.last = max(rep.last, int(e[own].max()))
+        elif len(s):
             rep.first = min(rep.first, int(s[0]))
             rep.last = max(rep.last, int(e.max()))
-        rep.pending.append((s, e, rep.devices[batch["device"]], self._category[batch["kind"]]))
+        rep.pending.append((s, e, rep.devices[batch["device"]], cat))
         rep.pending_rows += len(s)
         if rep.pending_rows >= self.flush_rows:
             self._sweep_pending(rep)
@@ -201,15 +211,24 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
             if end < start:
                 continue
             proc = rep.processes[row_proc]
-            i = self._occurrence(proc, names[row_name], start, end)
+            i = self._held_occurrence(proc, names[row_name], start, end, self._nvtx.get(proc))
+            if i is None:  # else the occurrence an overlapping earlier report holds
+                i = self._occurrence(proc, names[row_name], start, end)
             rep.touched.append(i)
             rep.recent.setdefault(proc, []).append((start, end, i))
             self._host.phase(row_proc, start, end, i)
 
     def add_table_detail(self, rows: TableDetail) -> None:
-        """Take rows of a top-N table for the tables per phase (after every phase that
-        starts at or before them)."""
+        """Take rows of a top-N table (after every phase that starts at or before them): they
+        count in the job's tables and in those of the phases they start in, but for the rows
+        an earlier overlapping capture range holds (``repeats``)."""
         rep = self._require_report()
+        again = held_rows(self._devices, self._nvtx, rep, rows)
+        if again is not None:
+            rows = rows.take(~again)
+        if not len(rows.start):
+            return
+        self._tables.add(rows.rows())
         procs = distinct(rows.process).tolist()
         for p in procs:
             proc = rep.processes[p]
@@ -231,7 +250,8 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
         return self._occ_by_proc.get(proc, {})
 
     def add_tables(self, rows: TableRows) -> None:
-        """Take one chunk's per-name aggregates for the top-N tables (any order)."""
+        """Take one chunk's per-name aggregates for the top-N tables (any order; a feed
+        that has the rows gives them to ``add_table_detail`` instead)."""
         self._require_report()
         self._tables.add(rows)
 
@@ -251,7 +271,7 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
                           final=True, report_end=rep.last)
         self._settle(rep, final=True)
         self._host.end()
-        close_streams(self._devices, rep)
+        close_streams(self._devices, self._nvtx, rep)
         start, end = rep.first, rep.last
         for gid in rep.sweeps:
             self._devices[gid].spans.append((start, end))

@@ -7,6 +7,7 @@ the model met them, so states of disjoint sets of reports merge by sums, minima 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Iterator
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -135,6 +136,9 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
     notes: dict[str, tuple[int, list[str]]] = msgspec.field(default_factory=dict)
     #: host processes (host metrics), by (host, pid)
     hosts: list[HostState] = msgspec.field(default_factory=list)
+    #: (host, pid, first, last) NVTX range start of each report with ranges, sorted
+    #: (``repeats``: a later overlapping capture of the process does not count them again)
+    nvtx: list[tuple[str, int, int, int]] = msgspec.field(default_factory=list)
 
 
 _ENC = msgspec.msgpack.Encoder()
@@ -174,7 +178,13 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
                            tables=m._tables.export(), phase_tables=_phase_tables(m),
                            notes=dict(sorted(m._notes.items())),
                            hosts=[_host_state(m, hp)
-                                  for _, hp in sorted(m._host.processes.items())])
+                                  for _, hp in sorted(m._host.processes.items())],
+                           nvtx=_nvtx_state(m))
+
+
+def _nvtx_state(m: EfficiencyModel) -> list[tuple[str, int, int, int]]:
+    return sorted((h, p, sp[j], sp[j + 1]) for (h, p), sp in m._nvtx.items()
+                  for j in range(0, len(sp), 2))
 
 
 def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
@@ -189,7 +199,7 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
         "hosts": (len(m._host.processes),
                   (_host_state(m, hp) for _, hp in sorted(m._host.processes.items())))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
-                            "notes": dict(sorted(m._notes.items()))}
+                            "notes": dict(sorted(m._notes.items())), "nvtx": _nvtx_state(m)}
     yield _header(0x80, 0xDE, len(fields))
     for name in fields:
         yield _ENC.encode(name)
@@ -333,6 +343,8 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
+    for host, pid, a, b in state.nvtx:
+        m._nvtx.setdefault((host, pid), array("q")).extend((a, b))
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
     m._last_key = None if state.last is None else (state.last[0], state.last[1])
     m._last_report = state.last[1] if state.last is not None else ""
@@ -436,7 +448,8 @@ def merge(a: EfficiencyState, b: EfficiencyState) -> EfficiencyState:
         tables=merge_tables(a.tables, b.tables),
         phase_tables={n: merge_tables(a.phase_tables.get(n, {}), b.phase_tables.get(n, {}))
                       for n in sorted(a.phase_tables.keys() | b.phase_tables.keys())},
-        hosts=_merge_hosts([(0, h) for h in a.hosts] + [(1, h) for h in b.hosts], maps))
+        hosts=_merge_hosts([(0, h) for h in a.hosts] + [(1, h) for h in b.hosts], maps),
+        nvtx=sorted([*a.nvtx, *b.nvtx]))
 
 
 def _refuse_overlaps(a: EfficiencyState, b: EfficiencyState) -> None:
@@ -461,6 +474,13 @@ def _refuse_overlaps(a: EfficiencyState, b: EfficiencyState) -> None:
                       for pid, st, s, e in d.streams
                       if any(s <= e2 and s2 <= e
                              for s2, e2 in runs.get((d.host, d.device, pid, st), []))), None)
+    if clash is None:
+        nvtx: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for host, pid, s, e in a.nvtx:
+            nvtx.setdefault((host, pid), []).append((s, e))
+        clash = next((f"{host}:{pid} NVTX ranges" for host, pid, s, e in b.nvtx
+                      if any(s <= e2 and s2 <= e for s2, e2 in nvtx.get((host, pid), []))),
+                     None)
     if clash is not None:
         raise OverlappingStates(
             f"cannot merge efficiency states whose reports overlap in time on {clash} "

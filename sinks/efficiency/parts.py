@@ -27,6 +27,7 @@ __all__ = [
     "NOTE_NAMES",
     "N_MEASURES",
     "OVERLAP",
+    "REPEATED",
     "USEFUL",
     "WIDTH",
     "Device",
@@ -157,6 +158,11 @@ class Report:
     #: global devices where the report repeats an earlier report's activity: its idle gaps
     #: there count only outside the earlier reports' spans
     repeats: set[int] = field(default_factory=set)
+    #: the first and last start of the earlier reports on its streams ((1, 0): none), once
+    #: asked (``repeats``)
+    hull: tuple[int, int] | None = None
+    #: (host, pid) -> the report's [first, last] NVTX range start there (``repeats``)
+    nvtx: dict[tuple[str, int], list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -170,10 +176,17 @@ class Pending:
     built: dict[tuple[str, int], SummaryRecord]
 
 
+#: added to a row's category when an earlier report holds it (``repeats``)
+REPEATED = 3
+
+
 def segments(s: np.ndarray, e: np.ndarray, c: np.ndarray, lo: int,
-              hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Split [lo, hi) at every interval boundary: edges and, per segment, the running count of
-    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``)."""
+    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``).
+
+    With rows an earlier report holds (categories ``REPEATED`` and up), the counts are rows of
+    two: all rows (first), and those rows alone (second)."""
     n = len(s)
     eo = np.argsort(e, kind="stable")
     t = np.concatenate((s, e[eo]))
@@ -184,12 +197,21 @@ def segments(s: np.ndarray, e: np.ndarray, c: np.ndarray, lo: int,
     last = np.flatnonzero(np.append(ts[1:] != ts[:-1], True))
     edges = ts[last]
     total = np.cumsum(sign)[last]
-    comp = np.cumsum(np.where(cat == 0, sign, 0))[last]
-    nccl = np.cumsum(np.where(cat == 1, sign, 0))[last]
+    if int(c.max(initial=0)) >= REPEATED:
+        rep = cat >= REPEATED
+        base = cat % REPEATED
+        total = np.stack((total, np.cumsum(np.where(rep, sign, 0))[last]))
+        comp = np.stack((np.cumsum(np.where(base == 0, sign, 0))[last],
+                         np.cumsum(np.where(cat == REPEATED, sign, 0))[last]))
+        nccl = np.stack((np.cumsum(np.where(base == 1, sign, 0))[last],
+                         np.cumsum(np.where(cat == REPEATED + 1, sign, 0))[last]))
+    else:
+        comp = np.cumsum(np.where(cat == 0, sign, 0))[last]
+        nccl = np.cumsum(np.where(cat == 1, sign, 0))[last]
     if edges[-1] == hi:  # boundaries at hi close the last segment
-        edges, total, comp, nccl = edges[:-1], total[:-1], comp[:-1], nccl[:-1]
+        edges, total, comp, nccl = edges[:-1], total[..., :-1], comp[..., :-1], nccl[..., :-1]
     if not len(edges) or edges[0] > lo:  # nothing starts at lo: an empty first segment
-        zero = np.zeros(1, np.int64)
+        zero = np.zeros((*total.shape[:-1], 1), np.int64)
         edges = np.concatenate(([lo], edges))
-        total, comp, nccl = (np.concatenate((zero, x)) for x in (total, comp, nccl))
+        total, comp, nccl = (np.concatenate((zero, x), axis=-1) for x in (total, comp, nccl))
     return np.append(edges, hi), comp, nccl, total

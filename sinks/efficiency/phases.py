@@ -60,6 +60,25 @@ class PhaseInstances:
             self._names[int(self._i_name[i])].processes.add(pid)
         return i
 
+    def _held_occurrence(self, proc: tuple[str, int], name: str, start: int, end: int,
+                         earlier: array[int] | None) -> int | None:
+        """The instance of an occurrence of ``name`` in ``proc`` an earlier report holds
+        already, with the same start and end, when ``start`` lies in one of ``earlier``, the
+        earlier reports' spans of NVTX range starts (flattened pairs; overlapping capture
+        ranges, ``repeats``); else None."""
+        if not earlier or not any(earlier[j] <= start <= earlier[j + 1]
+                                  for j in range(0, len(earlier), 2)):
+            return None
+        spans = self._occ_spans.get((proc, name))
+        if not spans:
+            return None
+        flat = np.frombuffer(spans, dtype=np.int64)
+        found = np.flatnonzero((flat[0::2] == start) & (flat[1::2] == end))
+        del flat  # no view of ``spans`` outlives the call (it grows)
+        if not len(found):
+            return None
+        return int(self._names[self._name_ids[name]].instances[int(found[0])])
+
     def _instance(self, name: str, occ: int, start: int, end: int) -> int:
         """The id of phase instance (name, occ), created or widened to cover [start, end)."""
         nid = self._name_ids.get(name)

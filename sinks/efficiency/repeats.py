@@ -4,21 +4,32 @@ same kernels and copies, which must not count twice.
 Rows of one (process, device, stream) run in launch order, so the activity a capture range
 holds there is a contiguous run: every row of a later report whose start lies between the first
 and the last start of an earlier report on that stream is one the earlier report holds (the
-trace drops the same rows as duplicates, ``stream.dedupe``). Reports count in the order fed.
+trace drops the same rows as duplicates, ``stream.dedupe``). The top-N tables drop the same GPU
+operations, and an NVTX range whose start lies between the first and the last range start of
+an earlier report of its process (a capture range holds every thread's ranges that start in
+it). Reports count in the order fed.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
+from prvstream.sinks.base import TableDetail
 from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["close_streams", "outside_earlier", "repeated", "stream_spans"]
+__all__ = ["NvtxSpans", "close_streams", "held_rows", "outside_earlier", "repeated",
+           "stream_spans"]
+
+#: (host, pid) -> the (first, last) NVTX range starts of each report fed so far, flattened
+#: pairs (one per report)
+NvtxSpans: TypeAlias = "dict[tuple[str, int], array[int]]"
 
 log = get_logger(__name__)
 
@@ -63,10 +74,97 @@ def stream_spans(dev: Device, pid: int, stream: int) -> np.ndarray:
     return recs[(recs[:, 0] == pid) & (recs[:, 1] == stream), 2:]
 
 
-def close_streams(devices: Sequence[Device], rep: Report) -> None:
-    """The report's start spans join its devices' (after every row of it was taken)."""
+def _inside(start: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """Which of ``start`` lie in one of ``spans`` ((n, 2): first, last; both in)."""
+    hit = np.zeros(len(start), bool)
+    for a, b in spans.tolist():
+        hit |= (start >= a) & (start <= b)
+    return hit
+
+
+def held_rows(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report, rows: TableDetail
+              ) -> np.ndarray | None:
+    """Which rows of a top-N table an earlier report holds (None: none): GPU operations by
+    the rule of ``repeated`` on their stream, NVTX ranges by their process's range starts
+    (the report's own are noted here, for the reports after it)."""
+    t = rows.start + np.int64(rep.origin)
+    out: np.ndarray | None = None
+    gpu = rows.device >= 0
+    for at, held in (*_gpu_held(devices, rep, rows, np.flatnonzero(gpu), t),
+                     *_nvtx_held(nvtx, rep, rows, np.flatnonzero(~gpu), t)):
+        out = np.zeros(len(t), bool) if out is None else out
+        out[at[held]] = True
+    return out
+
+
+def _hull(devices: Sequence[Device], rep: Report) -> tuple[int, int] | None:
+    """The first and last start the earlier reports have on the report's streams (None:
+    none), kept for the report: what is outside cannot be held."""
+    if rep.hull is None:
+        lo, hi = 1, 0
+        for g, p in zip(rep.devices.tolist(), rep.pids.tolist(), strict=True):
+            recs = np.array(devices[g].streams, np.int64).reshape(-1, 4)
+            recs = recs[recs[:, 0] == p]
+            if len(recs):
+                a, b = int(recs[:, 2].min()), int(recs[:, 3].max())
+                lo, hi = (a, b) if lo > hi else (min(lo, a), max(hi, b))
+        rep.hull = (lo, hi)
+    return rep.hull if rep.hull[0] <= rep.hull[1] else None
+
+
+def _gpu_held(devices: Sequence[Device], rep: Report, rows: TableDetail, at: np.ndarray,
+              t: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    hull = _hull(devices, rep) if len(at) else None
+    if hull is None:
+        return []
+    s = t[at]
+    if int(s.max()) < hull[0] or int(s.min()) > hull[1]:
+        return []
+    code = ((rows.device[at].astype(np.int64) << 32)
+            | (rows.stream[at].astype(np.int64) & 0xFFFFFFFF))
+    uniq, inverse = unique_inverse(code)
+    out = []
+    for j, c in enumerate(uniq.tolist()):
+        i, st = c >> 32, int(np.int32(np.uint32(c & 0xFFFFFFFF)))
+        earlier = stream_spans(devices[int(rep.devices[i])], int(rep.pids[i]), st)
+        if len(earlier):
+            mine = at[inverse == j]
+            hit = _inside(t[mine], earlier)
+            if hit.any():
+                out.append((mine, hit))
+    return out
+
+
+def _nvtx_held(nvtx: NvtxSpans, rep: Report, rows: TableDetail, at: np.ndarray,
+               t: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    if not len(at):
+        return []
+    procs = rows.process[at]
+    single = bool((procs == procs[0]).all())
+    out = []
+    for p in ([int(procs[0])] if single else
+              np.unique(procs, return_counts=True)[0].tolist()):  # counts: no numpy.ma
+        mine = at if single else at[procs == p]
+        s = t[mine]
+        key = rep.processes[p]
+        lo, hi = int(s.min()), int(s.max())
+        span = rep.nvtx.get(key)
+        rep.nvtx[key] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
+        earlier = nvtx.get(key)
+        if earlier:
+            hit = _inside(s, np.array(earlier, np.int64).reshape(-1, 2))
+            if hit.any():
+                out.append((mine, hit))
+    return out
+
+
+def close_streams(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report) -> None:
+    """The report's start spans join its devices' and processes' (after every row of it was
+    taken)."""
     for (gid, pid, st), (lo, hi) in rep.streams.items():
         devices[gid].streams.extend((pid, st, lo, hi))
+    for key, (lo, hi) in rep.nvtx.items():
+        nvtx.setdefault(key, array("q")).extend((lo, hi))
 
 
 def outside_earlier(dev: Device, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray

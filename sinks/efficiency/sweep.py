@@ -31,6 +31,16 @@ log = get_logger(__name__)
 MAX_WINDOWS = 1 << 16
 
 
+def _indicators(n0: np.ndarray, n1: np.ndarray, n_all: np.ndarray) -> np.ndarray:
+    """Per segment (running compute, NCCL and all counts), one row per measure: 1 where
+    the segment counts for it (contiguous rows make the running sums cheap)."""
+    comp = n0 > 0
+    comm = (n_all - n0) > 0
+    k = n0 + n1
+    return np.stack([comp, ~comp & comm, comp & comm, k == 1, k == 2, k == 3, k >= 4]
+                    ).astype(np.int64)
+
+
 class DeviceSweep:
     """Sweeps each device's intervals into the tables (mixed into ``EfficiencyModel``)."""
 
@@ -91,12 +101,11 @@ class DeviceSweep:
                 edges = np.array([lo, hi], np.int64)
                 n0 = n1 = n_all = np.zeros(1, np.int64)
             length = np.diff(edges)
-            comp = n0 > 0
-            comm = (n_all - n0) > 0
-            k = n0 + n1
-            # one row per measure (contiguous rows make the running sums below cheap)
-            ind = np.stack([comp, ~comp & comm, comp & comm, k == 1, k == 2, k == 3, k >= 4]
-                           ).astype(np.int64)
+            if n0.ndim == 1:
+                ind = _indicators(n0, n1, n_all)
+            else:  # what the report adds to the earlier reports' view of the time (repeats)
+                ind = _indicators(n0[0], n1[0], n_all[0]) - _indicators(n0[1], n1[1], n_all[1])
+                n_all = n_all[0]
             self._attribute(rep, gid, edges, length, ind)
             self._gaps(rep, gid, sw, edges, n_all > 0)
         open_ = e > hi

@@ -15,9 +15,13 @@ def distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of a 1-d integer array: its distinct values, sorted."""
     if len(values) == 0:
         return values[:0].copy()
-    first = values[0]
-    if bool((values == first).all()):
+    if bool((values == values[0]).all()):
         return values[:1].copy()
+    return _sorted_distinct(values)
+
+
+def _sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a non-empty 1-d array, sorted (no shortcut for one value)."""
     ordered = np.sort(values)
     keep = np.empty(len(ordered), dtype=bool)
     keep[0] = True
@@ -34,7 +38,7 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = values[0]
     if bool((values == first).all()):
         return values[:1].copy(), np.zeros(len(values), dtype=np.intp)
-    uniq = distinct(values)
+    uniq = _sorted_distinct(values)  # not one value: checked above
     if len(uniq) > _FEW:
         return np.unique(values, return_inverse=True)
     return uniq, np.searchsorted(uniq, values)

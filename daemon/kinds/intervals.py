@@ -130,9 +130,7 @@ def host_calls(ctx: ReportContext, gtid: np.ndarray, start: np.ndarray, end: np.
     out = np.empty(len(start), dtype=HOST_DTYPE)
     out["start"], out["end"], out["kind"] = start, np.maximum(end, start), int(kind)
     out["thread"] = tid_of(gtid)
-    gpids, inv = unique_inverse(process_of(gtid))
-    procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()], np.int32)
-    out["process"] = procs[inv]
+    out["process"] = process_indices(ctx, process_of(gtid))
     return out
 
 

@@ -159,9 +159,7 @@ def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.nd
     phases = np.empty(len(sel), dtype=PHASE_DTYPE)
     phases["start"] = start[sel]
     phases["end"] = end[sel]
-    gpids, pinv = unique_inverse(process_of(chunk["gtid"][sel]))
-    procs = np.array([ctx.process_index.get(g, 0) for g in gpids.tolist()])
-    phases["process"] = procs[pinv]
+    phases["process"] = process_indices(ctx, process_of(chunk["gtid"][sel]))
     phases["name"] = [ctx.phase_id(labels[j]) for j in inverse[sel].tolist()]
     return phases
 

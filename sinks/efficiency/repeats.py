@@ -18,7 +18,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from prvstream.sinks.arrays import unique_inverse
+from prvstream.sinks.arrays import distinct, unique_inverse
 from prvstream.sinks.base import TableDetail
 from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
@@ -38,15 +38,13 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
              start: np.ndarray) -> np.ndarray | None:
     """Which rows (local device index, stream, wall-clock start; in start order) an earlier
     report holds already (None: none); the report's own start spans follow them."""
-    code = (local.astype(np.int64) << 32) | (stream.astype(np.int64) & 0xFFFFFFFF)
-    uniq, inverse = unique_inverse(code)
+    uniq, inverse = unique_inverse(_stream_code(local, stream))
     out: np.ndarray | None = None
     one = len(uniq) == 1
     for j, c in enumerate(uniq.tolist()):
         at = None if one else (inverse == j).nonzero()[0]
         s = start if at is None else start[at]
-        i, st = c >> 32, c & 0xFFFFFFFF
-        st -= (1 << 32) if st >= (1 << 31) else 0  # the stream id's int32 sign back
+        i, st = _split_code(c)
         gid, pid = int(rep.devices[i]), int(rep.pids[i])
         span = rep.streams.get((gid, pid, st))
         lo, hi = int(s[0]), int(s[-1])
@@ -55,14 +53,23 @@ def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: 
         earlier = stream_spans(devices[gid], pid, st)
         if not len(earlier):
             continue
-        hit = np.zeros(len(s), bool)
-        for a, b in earlier.tolist():
-            hit |= (s >= a) & (s <= b)
+        hit = _inside(s, earlier)
         if hit.any():
             rep.repeats.add(gid)
             out = np.zeros(len(start), bool) if out is None else out
             out[hit if at is None else at[hit]] = True
     return out
+
+
+def _stream_code(local: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """One int64 per row for its (local device index, stream): ``_split_code`` undoes it."""
+    return (local.astype(np.int64) << 32) | (stream.astype(np.int64) & 0xFFFFFFFF)
+
+
+def _split_code(code: int) -> tuple[int, int]:
+    """(local device index, stream) of a ``_stream_code``, the stream's int32 sign back."""
+    i, st = code >> 32, code & 0xFFFFFFFF
+    return i, st - (1 << 32) if st >= (1 << 31) else st
 
 
 def stream_spans(dev: Device, pid: int, stream: int) -> np.ndarray:
@@ -120,12 +127,10 @@ def _gpu_held(devices: Sequence[Device], rep: Report, rows: TableDetail, at: np.
     s = t[at]
     if int(s.max()) < hull[0] or int(s.min()) > hull[1]:
         return []
-    code = ((rows.device[at].astype(np.int64) << 32)
-            | (rows.stream[at].astype(np.int64) & 0xFFFFFFFF))
-    uniq, inverse = unique_inverse(code)
+    uniq, inverse = unique_inverse(_stream_code(rows.device[at], rows.stream[at]))
     out = []
     for j, c in enumerate(uniq.tolist()):
-        i, st = c >> 32, int(np.int32(np.uint32(c & 0xFFFFFFFF)))
+        i, st = _split_code(c)
         earlier = stream_spans(devices[int(rep.devices[i])], int(rep.pids[i]), st)
         if len(earlier):
             mine = at[inverse == j]
@@ -140,11 +145,10 @@ def _nvtx_held(nvtx: NvtxSpans, rep: Report, rows: TableDetail, at: np.ndarray,
     if not len(at):
         return []
     procs = rows.process[at]
-    single = bool((procs == procs[0]).all())
+    each = distinct(procs).tolist()
     out = []
-    for p in ([int(procs[0])] if single else
-              np.unique(procs, return_counts=True)[0].tolist()):  # counts: no numpy.ma
-        mine = at if single else at[procs == p]
+    for p in each:
+        mine = at if len(each) == 1 else at[procs == p]
         s = t[mine]
         key = rep.processes[p]
         lo, hi = int(s.min()), int(s.max())

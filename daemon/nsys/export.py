@@ -136,8 +136,7 @@ class Export(ExportClock):
         parts = []
         for src in todo:
             end, where = self._end_where(src)
-            parts.append(f"(SELECT COUNT(*), COUNT({_q(src.start)}), MIN({_q(src.start)}), "
-                         f"MAX({_q(src.start)}), MAX({end}) FROM {_q(src.table)}{where})")
+            parts.append(f"({_aggregates(src, end, where)})")
         try:
             row = self._con.execute("SELECT * FROM " + ", ".join(parts)).fetchone()
         except sqlite3.DatabaseError:
@@ -175,9 +174,7 @@ class Export(ExportClock):
         """``_source_facts`` from plain aggregates (a third of the bounded query's cost), or
         None unless every start is an integer within ``lo``..``hi`` and so is every end: then
         the bounded query's answer is the same."""
-        return _judged(self._con.execute(
-            f"SELECT COUNT(*), COUNT({_q(src.start)}), MIN({_q(src.start)}), "
-            f"MAX({_q(src.start)}), MAX({end}) FROM {_q(src.table)}{where}").fetchone(), lo, hi)
+        return _judged(self._con.execute(_aggregates(src, end, where)).fetchone(), lo, hi)
 
     def known_rows(self, table: str, where: str = "") -> int | None:
         """Rows of ``table`` (matching ``where``) if counted already (planning counts every
@@ -274,6 +271,14 @@ class Export(ExportClock):
 _q = quote_identifier
 
 
+def _aggregates(src: KindSource, end: str, where: str) -> str:
+    """The plain aggregates ``_judged`` reads of one source table: rows, starts, least and
+    greatest start, greatest end (``end``, ``where``: from ``Export._end_where``)."""
+    start = _q(src.start)
+    return (f"SELECT COUNT(*), COUNT({start}), MIN({start}), MAX({start}), MAX({end}) "
+            f"FROM {_q(src.table)}{where}")
+
+
 def _judged(row: tuple[object, ...], lo: int, hi: int
             ) -> tuple[int, int | None, int | None] | None:
     """A table's facts from its plain aggregates (rows, starts, least and greatest start,
@@ -288,5 +293,3 @@ def _judged(row: tuple[object, ...], lo: int, hi: int
     if least < lo or most > hi or last > hi:
         return None
     return (n, least, max(last, most))
-
-

@@ -131,7 +131,6 @@ class ReportSpool:
             self.path.unlink(missing_ok=True)
 
 
-
 def _feed(sink: Sink, kind: int, part: Any) -> None:
     """One recorded part into ``sink``, by the method that recorded it (the optional ones
     only where the sink has them)."""

@@ -16,7 +16,7 @@ from prvstream.daemon.synthetic.spec import SynthSpec
 from prvstream.daemon.synthetic.synth import write_export
 from tests.compat.basicanalysis import HOST_ROW
 
-__all__ = ["early_kernel_parts", "host_states", "keep_range", "one_state_at_a_time",
+__all__ = ["cut_parts", "early_kernel_parts", "host_states", "keep_range", "one_state_at_a_time",
            "overlapping_parts"]
 
 
@@ -40,13 +40,21 @@ def overlapping_parts(folder: Path, cuts: Sequence[tuple[float, float]],
     folder.mkdir(parents=True, exist_ok=True)
     whole = write_export(folder / f".whole{rank}.sqlite", spec or SynthSpec(ranks=1, steps=6),
                          rank)
+    parts = cut_parts(whole, folder, cuts, rank)
+    whole.unlink()
+    return parts
+
+
+def cut_parts(whole: Path, folder: Path, cuts: Sequence[tuple[float, float]],
+              rank: int = 0) -> list[Path]:
+    """Copies of ``whole`` in ``folder``, ``rank<r>-<letter>.sqlite``, each cut to one of
+    ``cuts`` (``keep_range``)."""
     parts = []
     for letter, (lo, hi) in zip("abcdefgh", cuts, strict=False):
         part = folder / f"rank{rank}-{letter}.sqlite"
         shutil.copy(whole, part)
         keep_range(part, lo, hi)
         parts.append(part)
-    whole.unlink()
     return parts
 
 

@@ -6,7 +6,6 @@ measures (useful, communication, hidden, idle, kernels in flight) are the whole 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from prvstream.daemon.cli.main import cli
 from prvstream.daemon.synthetic.spec import SynthSpec
 from prvstream.daemon.synthetic.synth import write_export
-from tests.daemon.overlap import keep_range
+from tests.daemon.overlap import cut_parts, keep_range
 
 __all__: list[str] = []
 
@@ -65,12 +64,7 @@ def test_overlapping_ranges_summarize_as_the_whole_run(
     whole = run
     expected = json.loads((whole.parent / "whole.summary.json").read_text())
     tmp = tmp_path_factory.mktemp("cut")
-    parts = []
-    for letter, (lo, hi) in zip("abc", cuts, strict=False):
-        part = tmp / f"rank0-{letter}.sqlite"
-        shutil.copy(whole, part)
-        keep_range(part, lo, hi)
-        parts.append(part)
+    parts = cut_parts(whole, tmp, cuts[:3])
     got = _summary(tmp, "parts", parts)
     assert got["tables"] == expected["tables"]
     assert _phase_tables(got) == _phase_tables(expected)

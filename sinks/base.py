@@ -223,7 +223,11 @@ def feed_interleaved(sink: Sink, activity: np.ndarray, phases: np.ndarray | None
                      chunk_rows: int = 0) -> None:
     """Feed start-sorted activity and phases in the order the ``Sink`` protocol asks: the
     activity before each phase's start, then that phase (``chunk_rows`` > 0 bounds the size
-    of each activity batch)."""
+    of each activity batch). A sink with ``add_interleaved`` takes the same calls in one."""
+    take = getattr(sink, "add_interleaved", None)
+    if take is not None:
+        take(activity, phases, chunk_rows)
+        return
     step = chunk_rows if chunk_rows > 0 else max(len(activity), 1)
 
     def upto(lo: int, hi: int) -> int:

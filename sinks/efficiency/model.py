@@ -14,20 +14,20 @@ import numpy as np
 from prvstream.sinks.arrays import distinct
 from prvstream.sinks.base import ReportInfo, TableDetail, TableRows
 from prvstream.sinks.efficiency.host import HostTotals
+from prvstream.sinks.efficiency.intake import ActivityIntake
 from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
     CATEGORY_NCCL_USEFUL,
     NOTE_NAMES,
-    REPEATED,
     Device,
     Name,
     Pending,
     Report,
     Sweep,
 )
-from prvstream.sinks.efficiency.phases import PhaseInstances, phase_label
-from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows, repeated
+from prvstream.sinks.efficiency.phases import PhaseInstances
+from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
 from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
@@ -40,7 +40,7 @@ __all__ = ["EfficiencyModel"]
 log = get_logger(__name__)
 
 
-class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
+class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
     """Feeds on reports (the ``Sink`` protocol) and keeps the cumulative, window and phase views.
 
     Results depend only on the reports and their order, never on how batches are chunked, so a
@@ -161,62 +161,6 @@ class EfficiencyModel(UpdateQueue, PhaseInstances, DeviceSweep):
         for pos, g in enumerate(order):
             self._device_rank[g] = pos
         return gid
-
-    def add_activity(self, batch: np.ndarray) -> None:
-        """Take ACTIVITY_DTYPE rows (non-decreasing start); sweep when ``flush_rows`` wait."""
-        rep = self._require_report()
-        if len(batch) == 0:
-            return
-        s = batch["start"] + np.int64(rep.origin)  # int64 fields: no astype copy
-        e = batch["end"] + np.int64(rep.origin)
-        if int(s[0]) < rep.frontier or (len(s) > 1 and bool((s[1:] < s[:-1]).any())):
-            raise ValueError("activity batches must arrive in non-decreasing start order "
-                             "(see the Sink protocol in prvstream.sinks.base)")
-        keep = e > s
-        rep.frontier = int(s[-1])
-        cat = self._category[batch["kind"]]
-        own = keep  # rows of its own: an earlier report holds the rest
-        again = repeated(self._devices, rep, batch["device"], batch["stream"], s)
-        if again is not None:  # overlapping capture ranges: counted with the earlier report,
-            cat = cat + (again * REPEATED).astype(np.int8)  # swept as what it already saw
-            own = keep & ~again
-        if not keep.all():
-            s, e, batch, cat, own = s[keep], e[keep], batch[keep], cat[keep], own[keep]
-        if again is not None and not own.all():
-            if own.any():
-                rep.first = min(rep.first, int(s[own][0]))
-                rep.last = max(rep.last, int(e[own].max()))
-        elif len(s):
-            rep.first = min(rep.first, int(s[0]))
-            rep.last = max(rep.last, int(e.max()))
-        rep.pending.append((s, e, rep.devices[batch["device"]], cat))
-        rep.pending_rows += len(s)
-        if rep.pending_rows >= self.flush_rows:
-            self._sweep_pending(rep)
-
-    def add_phases(self, batch: np.ndarray) -> None:
-        """Take PHASE_DTYPE rows: each is the next occurrence of its name in its process."""
-        rep = self._require_report()
-        names = rep.labels
-        if len(names) < len(rep.info.phase_names):  # the pipeline adds names as it meets them
-            names += [phase_label(n) for n in rep.info.phase_names[len(names):]]
-        for row_start, row_end, row_proc, row_name in zip(
-                batch["start"].tolist(), batch["end"].tolist(), batch["process"].tolist(),
-                batch["name"].tolist(), strict=True):
-            start, end = row_start + rep.origin, row_end + rep.origin
-            if start < rep.frontier:
-                raise ValueError("phase batches must arrive in non-decreasing start order "
-                                 "(see the Sink protocol in prvstream.sinks.base)")
-            rep.frontier = start
-            if end < start:
-                continue
-            proc = rep.processes[row_proc]
-            i = self._held_occurrence(proc, names[row_name], start, end, self._nvtx.get(proc))
-            if i is None:  # else the occurrence an overlapping earlier report holds
-                i = self._occurrence(proc, names[row_name], start, end)
-            rep.touched.append(i)
-            rep.recent.setdefault(proc, []).append((start, end, i))
-            self._host.phase(row_proc, start, end, i)
 
     def add_table_detail(self, rows: TableDetail) -> None:
         """Take rows of a top-N table (after every phase that starts at or before them): they

@@ -35,13 +35,21 @@ log = get_logger(__name__)
 
 
 def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: np.ndarray,
-             start: np.ndarray) -> np.ndarray | None:
+             start: np.ndarray, bounds: Sequence[int] = (0,)) -> np.ndarray | None:
     """Which rows (local device index, stream, wall-clock start; in start order) an earlier
-    report holds already (None: none); the report's own start spans follow them."""
+    report holds already (None: none); the report's own start spans follow them, new streams
+    in the order separate calls on the batches starting at ``bounds`` would add them."""
     uniq, inverse = unique_inverse(_stream_code(local, stream))
     out: np.ndarray | None = None
     one = len(uniq) == 1
-    for j, c in enumerate(uniq.tolist()):
+    order = range(len(uniq))
+    if not one and len(bounds) > 1:  # by the batch each stream first appears in, then code
+        first = np.full(len(uniq), len(start), np.int64)
+        np.minimum.at(first, inverse, np.arange(len(start)))
+        order = np.lexsort((uniq, np.searchsorted(bounds, first, side="right"))).tolist()
+    codes = uniq.tolist()
+    for j in order:
+        c = codes[j]
         at = None if one else (inverse == j).nonzero()[0]
         s = start if at is None else start[at]
         i, st = _split_code(c)

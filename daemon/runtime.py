@@ -1,6 +1,6 @@
 """The process-wide switches the settings hold, applied in one place: the pure-Python record
-formatter and row filler, and one log event when the optional C extensions are missing (the
-Python fallback, slower, is then in use).
+formatter, row filler and phase overlaps, and one log event when the optional C extensions are
+missing (the Python fallback, slower, is then in use).
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ def apply(settings: Settings) -> None:
     """Set the switches from ``settings`` (the command line and the API call this)."""
     global _reported
     from prvstream.daemon.nsys import rowfill  # numpy: only once a command runs
+    from prvstream.sinks.efficiency import overlap
     from prvstream.sinks.paraver import fastfmt
 
     fastfmt.prefer_python(settings.pure_python)
     rowfill.prefer_python(settings.pure_python)
+    overlap.prefer_python(settings.pure_python)
     missing = [name for name, built in (("record formatter", fastfmt.built()),
-                                        ("row filler", rowfill.built())) if not built]
+                                        ("row filler", rowfill.built()),
+                                        ("phase overlaps", overlap.built())) if not built]
     if missing and not _reported:
         _reported = True
         log.info("python_fallback_in_use", missing=missing,

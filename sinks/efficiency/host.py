@@ -22,6 +22,7 @@ import numpy as np
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
 from prvstream.sinks.efficiency.metrics import covered
+from prvstream.sinks.efficiency.overlap import covered_by
 from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import HostMetrics, HostRow
@@ -300,8 +301,7 @@ def _phases(instances: RowStore, kind: int, recent: list[tuple[int, int, int]] |
     if not recent:
         return
     r = np.array(recent, np.int64)
-    inside = np.clip(np.minimum(hi[:, None], r[None, :, 1])
-                     - np.maximum(lo[:, None], r[None, :, 0]), 0, None).sum(axis=0)
+    inside = covered_by(lo, hi, r[:, 0], r[:, 1])
     nz = inside > 0
     if nz.any():
         instances.add(r[nz, 2], inside[nz], kind)

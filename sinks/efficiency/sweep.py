@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
+from prvstream.sinks.efficiency.overlap import hits
 from prvstream.sinks.efficiency.parts import (
     GAP_NS,
     GAPS,
@@ -234,11 +235,8 @@ class DeviceSweep:
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)
-            ps, pe, ids = r[None, :, 0], r[None, :, 1], r[:, 2]
-            hit = (ps < g1[:, None]) & (pe > g0[:, None])
-            inside = np.where(hit, np.minimum(g1[:, None], pe) - np.maximum(g0[:, None], ps),
-                              0)
-            n_hit, ns_hit = hit.sum(axis=0), inside.sum(axis=0)
+            ids = r[:, 2]
+            n_hit, ns_hit = hits(g0, g1, r[:, 0], r[:, 1])
             self._phase_rows(dev)
             dev.instances.add(ids, n_hit, GAPS)
             dev.instances.add(ids, ns_hit, GAP_NS)

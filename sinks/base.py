@@ -7,7 +7,6 @@ paths stay vectorised; metadata that crosses a boundary or hits disk is a msgspe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import Protocol
 
@@ -112,8 +111,7 @@ class ReportInfo(msgspec.Struct, forbid_unknown_fields=True):
     notes: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class TableRows:
+class TableRows(msgspec.Struct, frozen=True):
     """One chunk's rows of a top-N table (``kernels``, ``nccl``, ``memcpy``, ``nvtx``),
     aggregated per name: count, total/min/max duration (ns) and bytes (0 where none)."""
 
@@ -126,8 +124,7 @@ class TableRows:
     bytes: np.ndarray
 
 
-@dataclass(frozen=True)
-class TableDetail:
+class TableDetail(msgspec.Struct, frozen=True):
     """One chunk's rows of a top-N table, unaggregated: row i is named
     ``labels[inverse[i]]``, starts at ``start[i]`` (report time, as activity) in process
     ``process[i]`` (index into ``ReportInfo.processes``), lasts ``duration[i]`` ns and moves

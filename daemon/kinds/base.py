@@ -6,10 +6,10 @@ sees of an export and of the planner. Kinds import nothing from the rest of the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+import msgspec
 import numpy as np
 
 from prvstream.daemon.kinds.sql import fetch_groups, pack_i4_pair, quote_identifier, wrap_i4
@@ -105,8 +105,7 @@ def string_label(names: Names, sid: int) -> str:
     return "(unknown)" if sid < 0 else pv.sanitize_label(names.string(sid))
 
 
-@dataclass(frozen=True, slots=True)
-class ValueGroup:
+class ValueGroup(msgspec.Struct, frozen=True):
     """Event values numbered by label (one .pcf value table): how an id becomes its label."""
 
     name: str
@@ -119,8 +118,7 @@ class ValueGroup:
     skip: frozenset[int] = frozenset()
 
 
-@dataclass(slots=True)
-class ChunkResult:
+class ChunkResult(msgspec.Struct):
     """What one chunk became."""
 
     records: RecordBatch
@@ -150,8 +148,7 @@ def _no_blocks(values: Mapping[str, list[str]]) -> PcfBlocks:
     return []
 
 
-@dataclass(frozen=True, eq=False)
-class KindSpec:
+class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
     """One data kind, complete: registering it (``registry``) is all the daemon needs."""
 
     name: str
@@ -171,7 +168,7 @@ class KindSpec:
     #: (schema, table, field, column, default) -> expression or None for the generic one
     column_sql: Callable[[Schema, str, str, str, str], str | None] | None = None
     #: defaults for NULL or missing columns other than -1, by field
-    defaults: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, str] = msgspec.field(default_factory=dict)
     #: trailing select expressions after the dtype's fields (not filled into the array)
     extra_select: Callable[[Schema, str], list[str]] | None = None
     #: the whole ordered SELECT for kinds not read from one table each (joins)
@@ -179,7 +176,7 @@ class KindSpec:
     #: the plan scan of one source table (None: the kind is not planned)
     plan: Callable[[PlanScan, KindSource], None] | None = None
     #: value groups, by the key the plan stores the kind's distinct values under
-    value_groups: Mapping[str, ValueGroup] = field(default_factory=dict)
+    value_groups: Mapping[str, ValueGroup] = msgspec.field(default_factory=dict)
     #: the .pcf blocks the kind contributes, from a numbering's labels by value group
     pcf: Callable[[Mapping[str, list[str]]], PcfBlocks] = _no_blocks
     efficiency: Efficiency = "none"

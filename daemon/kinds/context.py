@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+import msgspec
 import numpy as np
 
 from prvstream.daemon.kinds.base import Names
@@ -123,8 +123,7 @@ def _no_label(names: Names, group: str, sid: int) -> str:
     raise KeyError(group)
 
 
-@dataclass
-class ReportContext:
+class ReportContext(msgspec.Struct):
     """Everything the converters need about one report and the trace it goes into."""
 
     names: Names
@@ -143,37 +142,39 @@ class ReportContext:
     phase_pattern: re.Pattern[str]
     #: (names, value group, id) -> label (``registry.value_label``)
     value_label: Callable[[Names, str, int], str] = _no_label
-    phase_names: list[str] = field(default_factory=list)
-    thread_names: dict[int, str] = field(default_factory=dict)
-    nvtx_domain_names: dict[int, str] = field(default_factory=dict)
+    phase_names: list[str] = msgspec.field(default_factory=list)
+    thread_names: dict[int, str] = msgspec.field(default_factory=dict)
+    nvtx_domain_names: dict[int, str] = msgspec.field(default_factory=dict)
     #: GPU -> globalPid of the process whose thread carries that GPU's metrics
-    metric_owner: dict[int, int] = field(default_factory=dict)
+    metric_owner: dict[int, int] = msgspec.field(default_factory=dict)
     #: (globalPid, stream, device as written) -> the device synchronization rows belong to
-    sync_devices: dict[tuple[int, ...], int] = field(default_factory=dict)
+    sync_devices: dict[tuple[int, ...], int] = msgspec.field(default_factory=dict)
     #: trace-relative first record of the report (host threads are Running from there)
     start_rel: int = 0
     #: (task, thread) of each CPU thread that gets host states -> time its states reach
     #: (``kinds.hoststates``)
-    host_pending: dict[tuple[int, int], int] = field(default_factory=dict)
+    host_pending: dict[tuple[int, int], int] = msgspec.field(default_factory=dict)
     #: host threads whose pending time is a grid cut, not the end of a call: their next
     #: Running piece continues the previous one (flagged in its key, ``kinds.hoststates``)
-    host_cut: set[tuple[int, int]] = field(default_factory=set)
+    host_cut: set[tuple[int, int]] = msgspec.field(default_factory=set)
     #: (task, thread) -> sorted trace-relative spans where earlier reports give that thread
     #: host states: this report's host states there yield (``stream.claims``)
-    host_claimed: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
+    host_claimed: dict[tuple[int, int], list[tuple[int, int]]] = msgspec.field(
+        default_factory=dict)
     #: (kind, task, thread) -> end of the last state written there (states never overlap)
-    _state_end: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    _state_end: dict[tuple[str, int, int], int] = msgspec.field(default_factory=dict)
     #: the times trusted on the export's clock (``ExportMeta.bound_lo_ns/bound_hi_ns``)
     bound: tuple[int, int] = (-(2**63), 2**63 - 1)
     #: rows dropped or clamped, by ``"<kind> <what>"`` (``kinds.bounds``)
-    hostile: Counter[str] = field(default_factory=Counter)
-    _cpu: dict[int, tuple[int, int]] = field(default_factory=dict)
-    _gpu: dict[tuple[int, int, int], tuple[int, int]] = field(default_factory=dict)
-    _task: dict[int, int] = field(default_factory=dict)
-    _labels: dict[tuple[str, int], str] = field(default_factory=dict)
-    _nvtx_stacks: dict[tuple[int, int], list[tuple[int, int]]] = field(default_factory=dict)
-    _phase_index: dict[str, int] = field(default_factory=dict)
-    _seq: dict[str, int] = field(default_factory=dict)
+    hostile: Counter[str] = msgspec.field(default_factory=Counter)
+    _cpu: dict[int, tuple[int, int]] = msgspec.field(default_factory=dict)
+    _gpu: dict[tuple[int, int, int], tuple[int, int]] = msgspec.field(default_factory=dict)
+    _task: dict[int, int] = msgspec.field(default_factory=dict)
+    _labels: dict[tuple[str, int], str] = msgspec.field(default_factory=dict)
+    _nvtx_stacks: dict[tuple[int, int], list[tuple[int, int]]] = msgspec.field(
+        default_factory=dict)
+    _phase_index: dict[str, int] = msgspec.field(default_factory=dict)
+    _seq: dict[str, int] = msgspec.field(default_factory=dict)
 
     # -- objects ---------------------------------------------------------------------------
     def task_of(self, gpid: int) -> int:

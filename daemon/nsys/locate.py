@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from prvstream.daemon.nsys.exporter import nsys_executable
 from prvstream.sinks.errors import ConfigError
@@ -43,8 +44,7 @@ _EXPORT_SUFFIXES: dict[str, CandidateKind] = {".sqlite": "sqlite", ".nsys-rep": 
 AUTO_NSYS = "auto"
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     """An export worth a readiness check, or (``kind == "done"``) a job's end marker.
 
     Paths are real (symlinks resolved) and absolute.

@@ -12,9 +12,9 @@ import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from prvstream.daemon.kinds import hoststates, registry
@@ -69,8 +69,7 @@ log = get_logger(__name__)
 
 
 
-@dataclass
-class PreparedReport:
+class PreparedReport(msgspec.Struct):
     """A planned export and what numbering and ordering need from it.
 
     Two verbs: ``open`` makes it ready to stream (its connection and a chunk source, which
@@ -86,7 +85,7 @@ class PreparedReport:
     #: wall-clock time of the session start (time 0 of the report in the Nsight Systems GUI)
     wall_start: int
     wall_end: int
-    ranks: dict[int, int] = field(default_factory=dict)
+    ranks: dict[int, int] = msgspec.field(default_factory=dict)
     #: what canonical numbering needs, read once (``objects_of``, ``value_labels_of``)
     objects: ReportObjects | None = None
     value_labels: dict[str, set[str]] | None = None

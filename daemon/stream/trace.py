@@ -10,9 +10,9 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from prvstream.daemon.config import Settings
@@ -65,26 +65,25 @@ _MIN_SHARED_CHUNK = 512
 _WHOLE_ROWS = 4096
 
 
-@dataclass
-class ConvertResult:
+class ConvertResult(msgspec.Struct):
     """What a conversion did."""
 
-    reports: list[str] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    rows: Counter[str] = field(default_factory=Counter)
+    reports: list[str] = msgspec.field(default_factory=list)
+    failed: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    rows: Counter[str] = msgspec.field(default_factory=Counter)
     #: Paraver records written per kind (they add up to ``records``)
-    kind_records: Counter[str] = field(default_factory=Counter)
+    kind_records: Counter[str] = msgspec.field(default_factory=Counter)
     records: int = 0
     #: records dropped as repeating an earlier report's (overlapping capture ranges of one
     #: process, ``stream.dedupe``): ``kind_records`` minus these add up to ``records``
     repeated: int = 0
     #: rows dropped or clamped as hostile (``kinds.bounds``), by report name then
     #: ``"<kind> <what>"``; reports with none are absent
-    hostile: dict[str, dict[str, int]] = field(default_factory=dict)
+    hostile: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
     end_time: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
-    outputs: list[str] = field(default_factory=list)
+    outputs: list[str] = msgspec.field(default_factory=list)
     #: the ids and origin the trace was written with
     numbering: Numbering | None = None
     origin: int = 0

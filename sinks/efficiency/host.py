@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
@@ -49,8 +49,7 @@ Spans = list[tuple[int, int]]
 Table = dict[int, list[int]]
 
 
-@dataclass(slots=True)
-class HostProcess:
+class HostProcess(msgspec.Struct):
     """One host process of the job: its captured spans and its call time per view, as a
     process (union over its threads) and summed over its host threads (each its own union)."""
 
@@ -59,24 +58,23 @@ class HostProcess:
     rank: int | None = None
     #: wall-clock spans of its reports that have calls of it (only those count), and of those
     #: with MPI calls (MPI metrics are computed where any process has such a span)
-    spans: Spans = field(default_factory=list)
-    mpi_spans: Spans = field(default_factory=list)
-    totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
+    spans: Spans = msgspec.field(default_factory=list)
+    mpi_spans: Spans = msgspec.field(default_factory=list)
+    totals: list[int] = msgspec.field(default_factory=lambda: [0] * HOST_WIDTH)
     #: window index -> totals row
-    windows: Table = field(default_factory=dict)
+    windows: Table = msgspec.field(default_factory=dict)
     #: phase instance id -> totals row (time inside the process's own occurrence)
-    instances: RowStore = field(default_factory=lambda: RowStore(HOST_WIDTH))
+    instances: RowStore = msgspec.field(default_factory=lambda: RowStore(HOST_WIDTH))
     #: (host thread's OS tid, start, end) of each span it is captured over (the reports that
     #: give it states), flattened records in the order they were added (``thread_spans``)
-    threads: array[int] = field(default_factory=lambda: array("q"))
+    threads: array[int] = msgspec.field(default_factory=lambda: array("q"))
     #: the same rows, each the sum over its threads of the thread's own union of calls
-    thread_totals: list[int] = field(default_factory=lambda: [0] * HOST_WIDTH)
-    thread_windows: Table = field(default_factory=dict)
-    thread_instances: RowStore = field(default_factory=lambda: RowStore(HOST_WIDTH))
+    thread_totals: list[int] = msgspec.field(default_factory=lambda: [0] * HOST_WIDTH)
+    thread_windows: Table = msgspec.field(default_factory=dict)
+    thread_instances: RowStore = msgspec.field(default_factory=lambda: RowStore(HOST_WIDTH))
 
 
-@dataclass
-class _Open:
+class _Open(msgspec.Struct):
     """The report being fed: its processes, span and, per union key, the union's reach."""
 
     procs: list[HostProcess]
@@ -85,13 +83,13 @@ class _Open:
     hi: int
     #: per process index, the threads the trace gives host states
     stated: list[list[int]]
-    reach: dict[tuple[int, ...], int] = field(default_factory=dict)
+    reach: dict[tuple[int, ...], int] = msgspec.field(default_factory=dict)
     #: processes (indices) with calls, with MPI calls; threads with calls per process
-    called: set[int] = field(default_factory=set)
-    mpi: set[int] = field(default_factory=set)
-    seen: dict[int, set[int]] = field(default_factory=dict)
+    called: set[int] = msgspec.field(default_factory=set)
+    mpi: set[int] = msgspec.field(default_factory=set)
+    seen: dict[int, set[int]] = msgspec.field(default_factory=dict)
     #: per process index: phase occurrences that may still receive time (start, end, id)
-    phases: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    phases: dict[int, list[tuple[int, int, int]]] = msgspec.field(default_factory=dict)
 
 
 class HostSample(NamedTuple):

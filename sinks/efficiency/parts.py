@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo
@@ -82,8 +82,7 @@ def rows() -> np.ndarray:
     return np.zeros((0, WIDTH), np.int64)
 
 
-@dataclass(slots=True)
-class Device:
+class Device(msgspec.Struct):
     """A physical GPU of the job: (host, CUDA id), all its streams and processes flattened."""
 
     host: str
@@ -93,47 +92,44 @@ class Device:
     process: tuple[str, int]
     #: (start, report id) of the report that registered it (the earliest one, merged)
     first: tuple[int, str] = (0, "")
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    totals: np.ndarray = field(default_factory=lambda: np.zeros(WIDTH, np.int64))
+    spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    totals: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(WIDTH, np.int64))
     #: totals per phase name id (rows of WIDTH)
-    names: np.ndarray = field(default_factory=rows)
+    names: np.ndarray = msgspec.field(default_factory=rows)
     #: totals per window slot and per phase instance id (packed once the report ends or, for
     #: instances, once closed)
-    windows: RowStore = field(default_factory=lambda: RowStore(WIDTH))
-    instances: RowStore = field(default_factory=lambda: RowStore(WIDTH))
+    windows: RowStore = msgspec.field(default_factory=lambda: RowStore(WIDTH))
+    instances: RowStore = msgspec.field(default_factory=lambda: RowStore(WIDTH))
     #: (pid, stream, first, last) activity starts of each report fed so far, flattened
     #: records (a few per report: not a dict of lists): a later report's activity starting
     #: inside one was captured by it already (``repeats``)
-    streams: array[int] = field(default_factory=lambda: array("q"))
+    streams: array[int] = msgspec.field(default_factory=lambda: array("q"))
 
 
-@dataclass
-class Name:
+class Name(msgspec.Struct):
     """A phase name: where its occurrences live and the sums its ``phase_total`` row shows."""
 
     name: str
     #: occurrence -> instance id (-1: none yet)
-    instances: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    instances: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int64))
     count: int = 0
     start: int = 0
     end: int = 0
     span: int = 0
-    processes: set[int] = field(default_factory=set)
+    processes: set[int] = msgspec.field(default_factory=set)
 
 
-@dataclass
-class Sweep:
+class Sweep(msgspec.Struct):
     """Per device of the current report: the finalized frontier and intervals still open."""
 
     lo: int
     idle_since: int | None
-    carry_s: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    carry_e: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    carry_c: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
+    carry_s: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
+    carry_e: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int64))
+    carry_c: np.ndarray = msgspec.field(default_factory=lambda: np.empty(0, np.int8))
 
 
-@dataclass
-class Report:
+class Report(msgspec.Struct):
     info: ReportInfo
     origin: int
     devices: np.ndarray  # local device index -> global device index
@@ -143,30 +139,29 @@ class Report:
     first: int
     last: int
     #: per process: phase instances that may still receive time, as (start, end, instance id)
-    recent: dict[tuple[str, int], list[tuple[int, int, int]]] = field(default_factory=dict)
+    recent: dict[tuple[str, int], list[tuple[int, int, int]]] = msgspec.field(default_factory=dict)
     #: instance ids the report's phases touched (with repeats)
-    touched: array[int] = field(default_factory=lambda: array("q"))
+    touched: array[int] = msgspec.field(default_factory=lambda: array("q"))
     #: activity taken but not swept yet: (start, end, global device, category) arrays
-    pending: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    pending: list[tuple[np.ndarray, ...]] = msgspec.field(default_factory=list)
     pending_rows: int = 0
     #: phase names as the model groups them (``ProfilerStep#12`` -> ``ProfilerStep``)
-    labels: list[str] = field(default_factory=list)
+    labels: list[str] = msgspec.field(default_factory=list)
     #: local device index -> pid of its process; (global device, pid, stream) -> the
     #: report's [first, last] activity start there
-    pids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    streams: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)
+    pids: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(0, np.int64))
+    streams: dict[tuple[int, int, int], list[int]] = msgspec.field(default_factory=dict)
     #: global devices where the report repeats an earlier report's activity: its idle gaps
     #: there count only outside the earlier reports' spans
-    repeats: set[int] = field(default_factory=set)
+    repeats: set[int] = msgspec.field(default_factory=set)
     #: the first and last start of the earlier reports on its streams ((1, 0): none), once
     #: asked (``repeats``)
     hull: tuple[int, int] | None = None
     #: (host, pid) -> the report's [first, last] NVTX range start there (``repeats``)
-    nvtx: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    nvtx: dict[tuple[str, int], list[int]] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class Pending:
+class Pending(msgspec.Struct):
     """What the last report changed; its records are built when ``iter_updates`` runs."""
 
     cumulative: SummaryRecord

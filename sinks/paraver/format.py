@@ -11,8 +11,9 @@ import datetime as dt
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from prvstream.sinks.logger import get_logger
 
@@ -176,32 +177,29 @@ def sanitize_label(text: str) -> str:
     return clean
 
 
-@dataclass(slots=True)
-class TaskLayout:
+class TaskLayout(msgspec.Struct):
     """One Paraver task (a process): its name, node (1-based) and thread names in id order."""
 
     name: str
     node: int
-    threads: list[str] = field(default_factory=list)
+    threads: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass(slots=True)
-class TraceLayout:
+class TraceLayout(msgspec.Struct):
     """The object tree of a trace: one application, its tasks, their threads, the nodes."""
 
-    nodes: list[str] = field(default_factory=list)
-    tasks: list[TaskLayout] = field(default_factory=list)
+    nodes: list[str] = msgspec.field(default_factory=list)
+    tasks: list[TaskLayout] = msgspec.field(default_factory=list)
 
     def thread_count(self) -> int:
         return sum(len(t.threads) for t in self.tasks)
 
 
-@dataclass(slots=True)
-class EventTypeSpec:
+class EventTypeSpec(msgspec.Struct):
     """One EVENT_TYPE block of the .pcf: type ids sharing one value table."""
 
     types: list[tuple[int, str]]
-    values: Mapping[int, str] = field(default_factory=dict)
+    values: Mapping[int, str] = msgspec.field(default_factory=dict)
     gradient: int = 0
 
 

@@ -8,8 +8,8 @@ formats them (``fastfmt``). The line builders here hold Paraver's record syntax:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
@@ -75,8 +75,7 @@ _EMPTY_FIELDS = np.empty((0, WIDTH), dtype=np.int64)
 _EMPTY_TMPL = np.empty(0, dtype=np.int16)
 
 
-@dataclass(slots=True)
-class RecordBatch:
+class RecordBatch(msgspec.Struct):
     """Records as parallel arrays: sort keys, integer fields and the line template of each.
 
     ``fields`` is (n, w) with w the most fields any record of the batch has (unused trailing
@@ -84,9 +83,9 @@ class RecordBatch:
     (``fastfmt``); it is made only when the record is written.
     """
 
-    keys: np.ndarray = field(default_factory=lambda: _EMPTY_KEYS)
-    fields: np.ndarray = field(default_factory=lambda: _EMPTY_FIELDS)
-    tmpl: np.ndarray = field(default_factory=lambda: _EMPTY_TMPL)
+    keys: np.ndarray = msgspec.field(default_factory=lambda: _EMPTY_KEYS)
+    fields: np.ndarray = msgspec.field(default_factory=lambda: _EMPTY_FIELDS)
+    tmpl: np.ndarray = msgspec.field(default_factory=lambda: _EMPTY_TMPL)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -118,8 +117,7 @@ class RecordBatch:
         return format_records(self.fields, self.tmpl)
 
 
-@dataclass(slots=True)
-class Lines:
+class Lines(msgspec.Struct):
     """Records of one or more templates without their sort keys: fields (n, w), template ids."""
 
     fields: np.ndarray

@@ -4,7 +4,8 @@ fit the job's span."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import Metrics, SummaryRecord, SummaryState
@@ -17,8 +18,7 @@ log = get_logger(__name__)
 _MIN_POINTS = 3
 
 
-@dataclass
-class Timeline:
+class Timeline(msgspec.Struct):
     """Segments [x0, x1) in ``unit`` since ``t0_ns`` with their metrics, and the x range."""
 
     label: str

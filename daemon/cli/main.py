@@ -11,7 +11,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from prvstream.daemon.kinds.names import ALL_KINDS
@@ -140,19 +140,7 @@ def _add(sub: Any, name: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line, so that tests, docs and shell completion can inspect it."""
-    parser = _Parser(
-        prog="prvstream", usage="prvstream [-h] [--version] COMMAND [ARGS...]",
-        description="Turn Nsight Systems SQLite exports into Paraver traces and GPU\n"
-                    "efficiency summaries, live while the job runs.\n\n" + _TOUR,
-        formatter_class=_TourFormatter,
-    )
-    parser.add_argument("--version", action=_VersionAction, nargs=0,
-                        help="show the version and exit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser, help=argparse.SUPPRESS, prog="prvstream")
-
+def _convert_parser(sub: Any) -> None:
     p = _add(sub, "convert", "Convert one or more Nsight Systems SQLite exports (files, "
              "directories of exports, or .nsys-rep with nsys on PATH) into one globally "
              "sorted Paraver trace OUT.prv/.pcf/.row and OUT.summary.json, then print the "
@@ -177,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     _dask(p)
     _common(p)
 
+
+def _watch_parser(sub: Any) -> None:
     p = _add(sub, "watch", "Watch ROOT directories for Nsight Systems exports, append each "
              "complete report to its job's growing Paraver trace, keep rolling efficiency "
              "summaries, and finalize jobs when they end (touch JOB/prvstream.done).")
@@ -210,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     _dask(p)
     _common(p)
 
+
+def _finalize_parser(sub: Any) -> None:
     p = _add(sub, "finalize", "Merge the blocks of a job's live trace into one globally "
              "sorted, canonically numbered trace (byte-identical to `prvstream convert` of the "
              "same reports). While the daemon runs, touch JOB/prvstream.done instead.")
@@ -222,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     _dask(p)
     _common(p)
 
+
+def _summary_parser(sub: Any) -> None:
     p = _add(sub, "summary", "Print the efficiency summary of a job (its directory, its "
              "summary.jsonl or summary.json, or a convert OUT.summary.json).")
     p.add_argument("target", metavar="JOB|SUMMARY",
@@ -247,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how often --follow looks for new lines")
     _common(p)
 
+
+def _report_parser(sub: Any) -> None:
     p = _add(sub, "report", "Write one self-contained HTML page (inline SVG, no network) of a "
              "job's efficiency: metrics tree, verdict and culprit, devices, metrics over time "
              "and phases. SRC is a job directory, a summary, or Nsight Systems exports "
@@ -257,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the HTML file to write")
     _common(p)
 
+
+def _synth_parser(sub: Any) -> None:
     p = _add(sub, "synth", "Write one SQLite export per rank (per slice with --slices) that "
              "a real nsys of the chosen version could have written, modelling a data-parallel "
              "training loop.")
@@ -280,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the slowest rank's compute time factor")
     _common(p)
 
+
+def _demo_parser(sub: Any) -> None:
     p = _add(sub, "demo", "Generate a synthetic multi-rank job whose ranks finish over time, "
              "run the daemon on it, show the trace and summary growing, then finalize.")
     p.add_argument("--ranks", type=_positive_int, default=4, metavar="N",
@@ -294,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the files of the temporary directory")
     _common(p)
 
+
+def _bench_parser(sub: Any) -> None:
     p = _add(sub, "bench", "Generate a synthetic job, convert it, and print records/s, MB/s, "
              "peak RSS and the daemon path's lag; with --scale, a scale-out benchmark.")
     p.add_argument("--rows", type=_positive_int, default=None, metavar="N",
@@ -322,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     _dask(p)
     _common(p)
 
+
+def _doctor_parser(sub: Any) -> None:
     p = _add(sub, "doctor", "Check what the daemon needs on this machine: inotify limits, "
              "network file systems (which need --poll), write access and free disk for "
              "outputs and state, nsys for .nsys-rep reports, the C extensions. Exit status 1 "
@@ -336,13 +340,58 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the --poll watch will use {_default('poll')}")
     _common(p)
 
+
+def _completion_parser(sub: Any) -> None:
     p = _add(sub, "completion", "Print a shell completion script generated from this command "
              "line. bash: prvstream completion bash > ~/.local/share/bash-completion/"
              "completions/prvstream; zsh: prvstream completion zsh > ~/.zfunc/_prvstream "
              "(with ~/.zfunc in fpath).")
     p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
     p.set_defaults(build_parser=build_parser)
+
+
+#: subcommand -> adds its parser, in the order completion lists them
+_PARSERS: dict[str, Callable[[Any], None]] = {
+    "convert": _convert_parser,
+    "watch": _watch_parser,
+    "finalize": _finalize_parser,
+    "summary": _summary_parser,
+    "report": _report_parser,
+    "synth": _synth_parser,
+    "demo": _demo_parser,
+    "bench": _bench_parser,
+    "doctor": _doctor_parser,
+    "completion": _completion_parser,
+}
+
+
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line, so that tests, docs and shell completion can inspect it; with
+    ``commands``, only those subcommands (``_wanted``: building all ten parsers is most of the
+    command line's start-up)."""
+    parser = _Parser(
+        prog="prvstream", usage="prvstream [-h] [--version] COMMAND [ARGS...]",
+        description="Turn Nsight Systems SQLite exports into Paraver traces and GPU\n"
+                    "efficiency summaries, live while the job runs.\n\n" + _TOUR,
+        formatter_class=_TourFormatter,
+    )
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser, help=argparse.SUPPRESS, prog="prvstream")
+    wanted = _PARSERS.keys() if commands is None else set(commands)
+    for name, add in _PARSERS.items():
+        if name in wanted:
+            add(sub)
     return parser
+
+
+def _wanted(argv: Sequence[str]) -> list[str] | None:
+    """The subcommands whose parsers a run with ``argv`` needs: its own, none for
+    ``--version``, every one otherwise (help, usage errors, the tour)."""
+    if argv and argv[0] in _PARSERS:
+        return [argv[0]]
+    return [] if list(argv) == ["--version"] else None
 
 
 class _VersionAction(argparse.Action):
@@ -370,7 +419,7 @@ def _settings_for(args: argparse.Namespace) -> Settings:
 
 def cli(*argv: str) -> int:
     """Run the command line with ``argv`` (without the program name); return the exit status."""
-    parser = build_parser()
+    parser = build_parser(_wanted(argv))
     if not argv:  # a first look: the tour
         sys.stderr.write(parser.format_help())
         return 2

@@ -6,15 +6,17 @@ the one place that chooses between them. Both give the same chunks, hence the sa
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.nsys import reader, tables
+from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export
-from prvstream.daemon.nsys.reader import ReaderLease
 from prvstream.sinks.logger import get_logger
+
+if TYPE_CHECKING:
+    from prvstream.daemon.nsys.reader import ReaderLease
 
 __all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "reader_kinds"]
 
@@ -97,9 +99,9 @@ def open_source(export: Export, kinds: list[str], chunk_rows: int,
     ``use_reader``, the reader is available and free and the report is large enough; else
     in-process. ``rows``: rows per kind (a plan's counts), counted now when None.
     ``presort`` (``Settings.presort``): storage-order scans with a reorder buffer where safe."""
-    if use_reader and reader.enabled():
+    if use_reader:
         chosen = reader_kinds(kinds, _table_rows(export, kinds) if rows is None else rows)
-        lease = reader.lease(export.path) if chosen else None
+        lease = _lease(export) if chosen else None
         if lease is not None:
             try:
                 return ReaderSource(export, lease, chosen, chunk_rows, presort=presort)
@@ -107,6 +109,14 @@ def open_source(export: Export, kinds: list[str], chunk_rows: int,
                 lease.release()
                 raise
     return InProcessSource(export, chunk_rows, presort=presort)
+
+
+def _lease(export: Export) -> ReaderLease | None:
+    """The reader process for ``export`` when it can run here and is free (its module, with
+    ``subprocess`` and ``threading``, loads only for a report large enough to use it)."""
+    from prvstream.daemon.nsys import reader
+
+    return reader.lease(export.path) if reader.enabled() else None
 
 
 def _weighed(kinds: Iterable[str]) -> set[str]:

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.nsys.exporter import export_with_nsys
-from prvstream.daemon.nsys.locate import scan_once
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     objects_of,
@@ -41,6 +39,8 @@ def _exported(rep: Path) -> Path:
     target = rep.with_suffix(".sqlite")
     if target.exists():
         return target
+    from prvstream.daemon.nsys.exporter import export_with_nsys  # subprocess, shutil
+
     return export_with_nsys(rep, target)
 
 
@@ -53,6 +53,8 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
+            from prvstream.daemon.nsys.locate import scan_once
+
             hits = []
             for cand in scan_once([path]):
                 if cand.kind == "done":  # a job-end marker, not an export

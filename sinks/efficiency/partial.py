@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator
-from functools import reduce
+from functools import cache, reduce
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -142,7 +142,13 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
 
 
 _ENC = msgspec.msgpack.Encoder()
-_DEC = msgspec.msgpack.Decoder(EfficiencyState)
+
+
+@cache
+def _decoder() -> msgspec.msgpack.Decoder[EfficiencyState]:
+    """Built at its first use: resolving the state's types is start-up that a conversion,
+    which never reads a state, does without."""
+    return msgspec.msgpack.Decoder(EfficiencyState)
 
 
 def encode_partial(state: EfficiencyState) -> bytes:
@@ -152,7 +158,7 @@ def encode_partial(state: EfficiencyState) -> bytes:
 
 def decode_partial(data: bytes) -> EfficiencyState:
     """The state ``encode_partial`` wrote."""
-    return _DEC.decode(data)
+    return _decoder().decode(data)
 
 
 def _table(keys: np.ndarray, values: np.ndarray) -> Rows:

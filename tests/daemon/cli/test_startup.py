@@ -63,6 +63,52 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
     assert not modules & {"numpy.ma", "tomllib"}
 
 
+#: what a conversion of a small export must not load: the daemon's stack, Dask, the HTML
+#: report, the other subcommands, ``.nsys-rep`` export and the reader process (``subprocess``:
+#: only inputs large enough for the reader, or reports to export, start a process) and
+#: dataclasses (the core's record types are msgspec Structs: a class costs 20 us, not 0.5 ms)
+_NOT_ON_THE_CONVERT_PATH = (
+    "asyncio", "anyio", "aiofiles", "watchdog", "structlog", "distributed", "dask", "html",
+    "subprocess", "dataclasses", "tomllib", "numpy.ma",
+    "prvstream.daemon.live", "prvstream.daemon.service", "prvstream.daemon.scale",
+    "prvstream.daemon.synthetic", "prvstream.sinks.report", "prvstream.daemon.nsys.reader",
+    "prvstream.daemon.nsys.exporter", "prvstream.daemon.nsys.locate",
+    *(f"prvstream.daemon.cli.{c}" for c in cli_main._HANDLERS if c != "convert"),
+)
+
+
+def test_small_convert_loads_only_the_conversion(real_data_dir: Path, tmp_path: Path) -> None:
+    """The modules a conversion of each small real export loads (``-X importtime`` says what
+    they cost; docs/benchmarks.md has the times)."""
+    for name in ("nsys2026.1_torch_tiny_rtx3080.sqlite",
+                 "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"):
+        out = tmp_path / name
+        status, modules = _modules("convert", str(real_data_dir / name), "-o", str(out),
+                                   "--no-progress", "--quiet")
+        assert status == 0 and (tmp_path / f"{name}.prv").stat().st_size > 0
+        assert "prvstream.daemon.cli.convert" in modules  # the probe saw the conversion
+        loaded = sorted(m for m in modules
+                        if any(m == n or m.startswith(f"{n}.") for n in _NOT_ON_THE_CONVERT_PATH))
+        assert not loaded, f"{name}: the conversion loaded {loaded}"
+
+
+def test_a_command_builds_only_its_own_parser() -> None:
+    """Every subcommand parses the same with its parser alone as with the whole command line
+    (what ``cli`` builds: the other nine parsers are start-up a run does without)."""
+    assert set(cli_main._PARSERS) == set(cli_main._HANDLERS)
+    assert cli_main._wanted(["convert", "x", "-o", "y"]) == ["convert"]
+    assert cli_main._wanted(["--version"]) == []
+    assert cli_main._wanted(["--help"]) is None and cli_main._wanted([]) is None
+    whole = cli_main.build_parser()
+    for argv in (["convert", "a.sqlite", "b", "-o", "out", "--trace", "kernel,links", "-q"],
+                 ["watch", "/r", "--poll", "2", "--once"], ["summary", "s.json", "--view", "nvtx"],
+                 ["finalize", "job"], ["report", "job", "-o", "x.html"], ["doctor"],
+                 ["synth", "d", "--ranks", "3"], ["demo"], ["bench", "--rows", "10"],
+                 ["completion", "zsh"]):
+        own = cli_main.build_parser(cli_main._wanted(argv))
+        assert vars(own.parse_args(argv)) == vars(whole.parse_args(argv)), argv
+
+
 _BLAS_PROBE = """
 import os, sys
 from prvstream.daemon.cli.main import main

@@ -1,0 +1,61 @@
+"""The C heap's trimming, set once per process: glibc returns freed memory to the system so
+eagerly that every small report faulted its pages in again (issue 11's per-report cost).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from typing import Final
+
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["MALLOC_ENV", "keep_freed_memory"]
+
+log = get_logger(__name__)
+
+#: glibc's ``mallopt`` parameters (malloc.h)
+_M_TRIM_THRESHOLD: Final = -1
+_M_TOP_PAD: Final = -2
+_M_MMAP_THRESHOLD: Final = -3
+#: free memory kept at the top of the heap before it is returned (glibc: 128 KiB, raised
+#: up to 32 MiB as large blocks are freed)
+TRIM_BYTES: Final = 32 << 20
+#: blocks from this size on get pages of their own, unmapped when freed (glibc: 128 KiB at
+#: first); below it they come from the heap, whose freed pages are reused without a fault
+MMAP_BYTES: Final = 4 << 20
+#: extra heap asked for at each growth (glibc: 128 KiB)
+PAD_BYTES: Final = 4 << 20
+#: the user's own tuning, which is left alone
+MALLOC_ENV: Final = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHOLD_")
+
+_done = False
+
+
+def keep_freed_memory() -> bool:
+    """Keep up to ``TRIM_BYTES`` of freed memory for the next report instead of returning it
+    page by page (once; glibc only; not when the environment tunes malloc itself). Returns
+    whether the heap was tuned by this call."""
+    global _done
+    if _done:
+        return False
+    _done = True
+    if any(os.environ.get(name) for name in MALLOC_ENV) or "malloc" in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt if name else None
+    except (OSError, AttributeError):  # not glibc: its own policy stays
+        mallopt = None
+    if mallopt is None:
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    done = all(mallopt(param, value) == 1 for param, value in (
+        (_M_TRIM_THRESHOLD, TRIM_BYTES), (_M_MMAP_THRESHOLD, MMAP_BYTES),
+        (_M_TOP_PAD, PAD_BYTES)))
+    log.debug("heap_tuned", done=done, trim_bytes=TRIM_BYTES, mmap_bytes=MMAP_BYTES,
+              pad_bytes=PAD_BYTES)
+    return done

@@ -1,0 +1,53 @@
+"""The C heap's trimming: freed memory is kept for the next report (no page faults again), and
+the user's own malloc tuning is left alone."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from prvstream.daemon import heap
+
+_FAULTS = """
+import resource, sys
+from prvstream.daemon import heap
+tuned = heap.keep_freed_memory() if sys.argv[1] == "1" else False
+import numpy as np
+np.ones(1 << 18)  # numpy's own first allocations
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):
+    held = [np.ones(1 << 13) for _ in range(64)]  # 64 KiB blocks, 4 MiB: touched, then freed
+    del held
+print(int(tuned), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _run(tune: bool, **env: str) -> tuple[bool, int]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _FAULTS, "1" if tune else "0"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True)
+    tuned, faults = out.stdout.splitlines()[-1].split()
+    return tuned == "1", int(faults)
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="the heap is tuned with glibc's mallopt only")
+def test_freed_memory_is_reused_without_faults() -> None:
+    tuned, faults = _run(True)
+    assert tuned
+    untuned, faults_before = _run(False)
+    assert not untuned
+    # 100 rounds of 1,024 pages: faulted in again each round without the tuning (the heap's
+    # top was returned), once with it
+    assert faults_before >= 50 * 1024
+    assert faults < 2 * 1024
+
+
+def test_the_users_malloc_tuning_is_left_alone() -> None:
+    tuned, _ = _run(True, MALLOC_TOP_PAD_="131072")
+    assert not tuned

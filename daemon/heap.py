@@ -5,7 +5,6 @@ eagerly that every small report faulted its pages in again (issue 11's per-repor
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from typing import Final
 
@@ -44,12 +43,9 @@ def keep_freed_memory() -> bool:
     if any(os.environ.get(name) for name in MALLOC_ENV) or "malloc" in os.environ.get(
             "GLIBC_TUNABLES", ""):
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
+    try:  # the C library the interpreter is linked with (find_library would run ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc: its own policy stays
-        mallopt = None
-    if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

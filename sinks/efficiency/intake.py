@@ -23,7 +23,7 @@ __all__ = ["BLOCK_ROWS", "ActivityIntake", "plan_segments"]
 log = get_logger(__name__)
 
 #: activity rows whose arrays are computed together (bounds the temporaries of a large feed)
-BLOCK_ROWS = 65536
+BLOCK_ROWS = 8192
 
 _ORDER = ("activity batches must arrive in non-decreasing start order "
           "(see the Sink protocol in prvstream.sinks.base)")

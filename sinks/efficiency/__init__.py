@@ -5,6 +5,7 @@ Public API (definitions in docs/efficiency.md)::
     model = EfficiencyModel(job="run42", window_ns=10_000_000_000, gap_threshold_ns=1_000_000,
                             flush_rows=65536)  # small batches are buffered up to flush_rows
     model.begin_report(info); model.add_activity(batch); model.add_phases(batch)
+    model.add_interleaved(activity, phases)  # both sorted: the calls feed_interleaved makes
     model.end_report()                 # computes the views for the reports so far
     model.iter_updates() -> Iterator[SummaryRecord]  # new summary.jsonl lines, built lazily
     model.take_updates() -> list[SummaryRecord]   # the same as a list

@@ -131,7 +131,7 @@ def append_block(trace: LiveTrace, rep: PreparedReport, spool: ReportSpool, *,
     state.prv_length = length
     state.end_time = end_time
     for key, t in block_threads.items():
-        trace.thread_last[key] = max(trace.thread_last.get(key, -1), t)
+        trace.thread_last.raise_to(key, t)
     trace._block_threads = block_threads
     trace._last_block = (start, length)
     if publish:

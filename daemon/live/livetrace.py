@@ -42,6 +42,7 @@ from prvstream.daemon.stream.pipeline import (
 )
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.threadlast import ThreadLast
 from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.logger import get_logger
@@ -104,7 +105,7 @@ class LiveTrace:
         self._model_fed = False
         #: seconds the last group commit's publishing and commit took (``live.group``)
         self.commit_seconds = 0.0
-        self.thread_last: dict[tuple[int, int], int] = {}
+        self.thread_last = ThreadLast()
         #: the last block written and its threads' last times (for the journal entry)
         self._last_block: tuple[int, int] = (0, 0)
         self._block_threads: dict[tuple[int, int], int] = {}
@@ -112,8 +113,7 @@ class LiveTrace:
         self._block_hostile: dict[str, int] = {}
         for entry in journal.reports:
             for tt in entry.thread_last:
-                key = (tt.task, tt.thread)
-                self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
+                self.thread_last.raise_to((tt.task, tt.thread), tt.time)
 
     def close(self) -> None:
         """Give up the output directory's lock (the journal's lock is its owner's)."""
@@ -203,11 +203,10 @@ class LiveTrace:
     def _roll_back(self, snapshot: bytes) -> None:
         self.journal.restore(snapshot)
         self.numbering = Numbering(self.journal.state.numbering)
-        self.thread_last = {}
+        self.thread_last = ThreadLast()
         for entry in self.journal.reports:
             for tt in entry.thread_last:
-                key = (tt.task, tt.thread)
-                self.thread_last[key] = max(self.thread_last.get(key, -1), tt.time)
+                self.thread_last.raise_to((tt.task, tt.thread), tt.time)
         self.recover(refeed=self._model_fed)
         log.info("append_rolled_back_to_journal", job=self.journal.state.job_dir,
                  reports=len(self.journal.reports))

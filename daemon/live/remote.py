@@ -261,7 +261,7 @@ class RemoteAppender:
             trace.numbering = Numbering(state.numbering)
             block_threads = {obj: last for obj, (_, last) in done.spans.items()}
             for obj, t in block_threads.items():
-                trace.thread_last[obj] = max(trace.thread_last.get(obj, -1), t)
+                trace.thread_last.raise_to(obj, t)
             trace._block_threads = block_threads
             trace._last_block = (start, length)
             trace._publish_header()

@@ -15,6 +15,7 @@ from prvstream.daemon.live.reportlog import ReportEntry
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import PreparedReport
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.threadlast import ThreadLast
 from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.files import fsync_dir
@@ -146,7 +147,7 @@ def adopt_rewrite(trace: LiveTrace, tmp_out: Path, numbering: Numbering | None,
             entry.records += short
 
     trace.journal.reports.replace_all(whole)
-    trace.thread_last = dict(thread_last)
+    trace.thread_last = ThreadLast(thread_last.items())
     trace._block_threads = dict(thread_last)
     trace._last_block = (header_len, state.prv_length)
     return result

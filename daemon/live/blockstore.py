@@ -27,6 +27,7 @@ import numpy as np
 
 from prvstream.daemon.live.frames import FrameCut, append_frames, split_frames
 from prvstream.daemon.live.journal import JobJournal
+from prvstream.daemon.stream.claimindex import ClaimIndex
 from prvstream.daemon.stream.claims import Claim, host_claims
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -95,15 +96,6 @@ class ReportMeta(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return {g: set(v) for g, v in self.values.items()}
 
 
-#: (host, pid, tid) -> (report sort key, claim) of the committed reports
-_ClaimIndex = dict[tuple[str, int, int], list[tuple[tuple[int, str, str], Claim]]]
-
-
-def _index(index: _ClaimIndex, meta: ReportMeta) -> None:
-    for c in meta.claims or []:
-        index.setdefault(c[:3], []).append((meta.sort_key, c))
-
-
 _meta_encoder = msgspec.msgpack.Encoder()
 _meta_decoder = msgspec.msgpack.Decoder(ReportMeta)
 
@@ -169,7 +161,7 @@ class BlockStore:
         self.stem = journal.path.stem
         #: the committed reports' claims by thread, for ``earlier`` (and the metas_length
         #: they were read at)
-        self._claims: tuple[int, _ClaimIndex] | None = None
+        self._claims: tuple[int, ClaimIndex] | None = None
 
     @property
     def complete(self) -> bool:
@@ -248,7 +240,7 @@ class BlockStore:
         end = append_frames(self.metas_path, state.metas_length, [_meta_encoder.encode(meta)],
                             sync=sync)
         if self._claims is not None and self._claims[0] == state.metas_length:
-            _index(self._claims[1], meta)
+            self._claims[1].add(meta.sort_key, meta.claims or [])
             self._claims = (end, self._claims[1])
         else:  # rolled back since it was read: read again when asked
             self._claims = None
@@ -264,12 +256,11 @@ class BlockStore:
         if state.block_format != BLOCK_FORMAT or not claims:
             return []
         if self._claims is None or self._claims[0] != state.metas_length:
-            index: _ClaimIndex = {}
+            index = ClaimIndex()
             for m in self.metas() if state.metas_length else []:
-                _index(index, m)
+                index.add(m.sort_key, m.claims or [])
             self._claims = (state.metas_length, index)
-        threads = dict.fromkeys(c[:3] for c in claims)
-        return [c for t in threads for key, c in self._claims[1].get(t, []) if key < sort_key]
+        return self._claims[1].earlier(sort_key, claims)
 
     def claims_known(self) -> bool:
         """Whether every committed report's meta says where it gives host states (False

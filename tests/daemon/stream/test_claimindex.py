@@ -3,14 +3,12 @@ bytes a claim (issue 11: memory flat in the number of reports)."""
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.stream.claimindex import ClaimIndex
 from prvstream.daemon.stream.claims import Claim
+from tests.traced import held_by
 
 _threads = st.tuples(st.sampled_from(["a", "b", "nodé"]), st.integers(1, 4), st.integers(1, 3))
 _report = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "nodé"]),
@@ -48,19 +46,16 @@ def test_it_answers_as_the_dict(reports: list[tuple[int, str, str, list[tuple[
 
 def test_a_claim_costs_a_few_dozen_bytes() -> None:
     reports = 6000
-    tracemalloc.start(1)
-    try:
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
+
+    def build() -> ClaimIndex:
         index = ClaimIndex()
         for r in range(reports):
             host = f"node{r // 8:04}"
             index.add((1_700_000_000_000_000_000 + r, host, f"rank{r:05}.sqlite"),
                       [(host, 1000 + r, 1000 + r + t, r, r + 10) for t in range(2)])
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+        return index
+
+    index, held = held_by(build)
     per_claim = held / (2 * reports)
     assert 0 < per_claim < PACKED_PER_CLAIM, per_claim
     assert index.earlier((2**62, "z", "z"), [("node0001", 1009, 1010, 0, 1)]) == [

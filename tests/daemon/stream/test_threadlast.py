@@ -3,13 +3,11 @@ bytes a thread (issue 11: memory flat in the number of reports)."""
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.stream.threadlast import ThreadLast
+from tests.traced import held_by
 
 _keys = st.tuples(st.integers(1, 40), st.integers(0, 2**32 - 1))
 _ops = st.lists(st.tuples(st.booleans(), _keys, st.integers(0, 2**62)), max_size=1500)
@@ -41,17 +39,14 @@ def test_it_answers_as_a_dict(ops: list[tuple[bool, tuple[int, int], int]]) -> N
 
 def test_a_thread_costs_a_few_bytes() -> None:
     threads = 20_000
-    tracemalloc.start(1)
-    try:
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
+
+    def build() -> ThreadLast:
         last = ThreadLast()
         for task in range(threads // 2):
             for thread in (task + 1000, task + 5000):
                 last.raise_to((task + 1, thread), 10 * task)
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+        return last
+
+    last, held = held_by(build)
     assert len(last) == threads
     assert 0 < held / threads < PACKED_PER_THREAD, held / threads

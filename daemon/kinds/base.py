@@ -173,6 +173,9 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
     extra_select: Callable[[Schema, str], list[str]] | None = None
     #: the whole ordered SELECT for kinds not read from one table each (joins)
     select: Callable[[Schema], str | None] | None = None
+    #: the driving table and ``select``'s parts as unordered scans of it in rowid order, its
+    #: rowid the last value (merged into ``select``'s order by ``daemon.nsys.joinscan``)
+    scan_parts: Callable[[Schema], tuple[str, list[str]] | None] | None = None
     #: the plan scan of one source table (None: the kind is not planned)
     plan: Callable[[PlanScan, KindSource], None] | None = None
     #: value groups, by the key the plan stores the kind's distinct values under

@@ -17,7 +17,7 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, comm_lines, make_keys
 
-__all__ = ["SPEC", "convert", "select_sql"]
+__all__ = ["DRIVER", "SPEC", "convert", "scan_parts", "select_sql"]
 
 log = get_logger(__name__)
 
@@ -27,29 +27,51 @@ RANK = 11
 #: arrow's kind in its low bit (0: launch -> kernel, 1: API -> memcpy/memset), so a kernel's
 #: last value is the small int 0 (fewer Python objects per fetched row)
 _SQL = """
-SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}
-FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r
+SELECT r.start, r.globalTid, g.start, g.globalPid, {device_stream}, {size_kind}{rowid}
+FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r{scan}
 JOIN {table} AS g
   ON g.correlationId = r.correlationId AND (g.globalPid >> 24) = (r.globalTid >> 24)
 """
+#: the table whose start is the arrows' send time, and whose rowid order ``scan_parts`` follows
+DRIVER = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
-def select_sql(schema: Schema) -> str | None:
-    """Launch -> kernel (tag 55001) and API -> memcpy/memset (tag 55002) arrows, by send
-    time."""
+def _parts(schema: Schema, scan: bool) -> list[str]:
+    """One SELECT per joined table (kernel, memcpy, memset), in ``select_sql``'s order;
+    ``scan``: the API table scanned in rowid order (``NOT INDEXED``, outer loop forced by
+    ``CROSS JOIN``), its rowid the last value."""
     parts = []
+    extra = ({"rowid": ", r.rowid", "scan": " NOT INDEXED CROSS"} if scan
+             else {"rowid": "", "scan": ""})
     device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
                                  wrap_i4("COALESCE(g.streamId, -1)"))
     if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
         parts.append(_SQL.format(device_stream=device_stream, size_kind="0",
-                                 table="CUPTI_ACTIVITY_KIND_KERNEL"))
+                                 table="CUPTI_ACTIVITY_KIND_KERNEL", **extra))
     for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         if schema.has(table, "correlationId"):
             parts.append(_SQL.format(device_stream=device_stream,
-                                     size_kind="(COALESCE(g.bytes, 0) << 1) | 1", table=table))
-    if not parts or not schema.has("CUPTI_ACTIVITY_KIND_RUNTIME", "correlationId"):
-        return None
-    return " UNION ALL ".join(parts) + " ORDER BY 1"
+                                     size_kind="(COALESCE(g.bytes, 0) << 1) | 1", table=table,
+                                     **extra))
+    if not schema.has(DRIVER, "correlationId"):
+        return []
+    return parts
+
+
+def select_sql(schema: Schema) -> str | None:
+    """Launch -> kernel (tag 55001) and API -> memcpy/memset (tag 55002) arrows, by send
+    time. SQLite sorts each part and merges them (ties: kernel, memcpy, memset, and within a
+    part in the API table's rowid order: its sorter is stable)."""
+    parts = _parts(schema, scan=False)
+    return " UNION ALL ".join(parts) + " ORDER BY 1" if parts else None
+
+
+def scan_parts(schema: Schema) -> tuple[str, list[str]] | None:
+    """The API table and ``select_sql``'s parts unordered, each scanning it in rowid order
+    with its rowid as a last value (``daemon.nsys.joinscan`` merges them into ``select_sql``'s
+    order)."""
+    parts = _parts(schema, scan=True)
+    return (DRIVER, parts) if parts else None
 
 
 def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
@@ -83,6 +105,7 @@ SPEC = KindSpec(
     dtype=np.dtype([("start", I8), ("gtid", I8), ("recv", I8), ("gpid", I8),
                     ("device", I4), ("stream", I4), ("size_kind", I8)]),
     select=select_sql,
+    scan_parts=scan_parts,
     convert=convert,
     available=_available,
     other_times=("recv",),

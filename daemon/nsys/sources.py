@@ -71,7 +71,13 @@ class ReaderSource:
         for kind in kinds:
             spec = registry.get(kind)
             sql = tables.select_sql(export, kind)
-            self._started[kind] = iter(()) if sql is None else lease.stream(
+
+            def part(part_sql: str, wide: np.dtype, kind: str = kind) -> Iterator[np.ndarray]:
+                return lease.stream(part_sql, wide, tables.fetch_layout(wide), chunk_rows, kind)
+
+            joined = None if sql is None or not presort else tables.join_stream(
+                export, kind, chunk_rows, part)
+            self._started[kind] = iter(()) if sql is None else joined or lease.stream(
                 sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
                 tables.scan_plan(export, kind) if presort else None)
 

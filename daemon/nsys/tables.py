@@ -23,6 +23,7 @@ import numpy as np
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import fetch_groups, quote_identifier
+from prvstream.daemon.nsys import joinscan
 from prvstream.daemon.nsys import presort as reorder_buffer
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
@@ -38,6 +39,7 @@ __all__ = [
     "available_kinds",
     "chunks",
     "fetch_layout",
+    "join_stream",
     "not_integer",
     "read_failed",
     "select_sql",
@@ -126,6 +128,12 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
     if sql is None:
         return
     dtype, layout = spec.dtype, LAYOUTS[kind]
+    joined = join_stream(export, kind, chunk_rows, lambda part, wide: chunks(
+        export, part, kind, chunk_rows,
+        lambda rows: rows_to_array(rows, wide, fetch_layout(wide)))) if presort else None
+    if joined is not None:
+        yield from joined
+        return
     window = 0
     plan = scan_plan(export, kind) if presort else None
     if plan is not None:
@@ -148,6 +156,20 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
         fill = lambda rows: rows_to_array(rows, dtype, layout)  # noqa: E731
     yield from reorder_buffer.reorder(chunks(export, sql, kind, chunk_rows, fill), window,
                                       chunk_rows)
+
+
+def join_stream(export: Export, kind: str, chunk_rows: int,
+                open_part: Callable[[str, np.dtype], Iterator[np.ndarray]]
+                ) -> Iterator[np.ndarray] | None:
+    """A join kind's chunks from its parts read in storage order (``joinscan``), each part's
+    chunks from ``open_part(sql, dtype)``; None when the kind has no such parts or its driving
+    table is too far from start order (its ordered SELECT is to run)."""
+    spec = registry.get(kind)
+    found = spec.scan_parts(export) if spec.scan_parts is not None else None
+    if found is None:
+        return None
+    return joinscan.stream(export.connection, quote_identifier(found[0]), found[1], spec.dtype,
+                           chunk_rows, open_part, reorder_buffer.MAX_WINDOW)
 
 
 def chunks(export: Export, sql: str, what: str, chunk_rows: int,

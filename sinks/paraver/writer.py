@@ -76,31 +76,6 @@ _SWITCH_S = 0.0005
 TEXT_RECORDS = 2048
 
 
-_arena_set = False
-
-
-def _one_arena() -> None:
-    """With glibc, let the writing thread allocate from the caller's ``malloc`` arena
-    (``M_ARENA_MAX`` 1) rather than an arena of its own, whose free space the caller could not
-    reuse (1M rows: about 1 MiB less peak; the thread allocates a few buffers a batch, so the
-    shared lock costs nothing measurable). Once per process, before its first thread."""
-    global _arena_set
-    if _arena_set or not sys.platform.startswith("linux"):
-        return
-    _arena_set = True
-    try:
-        import ctypes  # numpy has loaded it already
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc
-        return
-    mallopt(_M_ARENA_MAX, 1)
-
-
-#: ``mallopt``'s parameter number for the most arenas (glibc malloc.h)
-_M_ARENA_MAX = -8
-
-
 def _write_text(fh: IO[bytes], batch: RecordBatch) -> None:
     """Write the batch's lines, formatted ``TEXT_RECORDS`` at a time (the same bytes)."""
     for lo in range(0, len(batch), TEXT_RECORDS):
@@ -127,7 +102,6 @@ class PrvWriter:
         self._failed: BaseException | None = None
         if behind and fastfmt.compiled():
             self._queue = queue.Queue(maxsize=BEHIND_BATCHES)
-            _one_arena()
             _short_switches(True)
             self._thread = threading.Thread(target=self._drain, name="prv-writer", daemon=True)
             self._thread.start()

@@ -168,6 +168,9 @@ def join_stream(export: Export, kind: str, chunk_rows: int,
     found = spec.scan_parts(export) if spec.scan_parts is not None else None
     if found is None:
         return None
+    known = export.known_rows(found[0], "")
+    if known is not None and known <= chunk_rows:
+        return None  # planned to fit in a chunk: SQLite sorts it in memory, no bounds read
     return joinscan.stream(export.connection, quote_identifier(found[0]), found[1], spec.dtype,
                            chunk_rows, open_part, reorder_buffer.MAX_WINDOW)
 

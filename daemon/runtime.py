@@ -1,11 +1,10 @@
 """The process-wide switches the settings hold, applied in one place: the pure-Python record
-formatter, row filler and phase overlaps, the C heap's trimming (``heap``), and one log event
-when the optional C extensions are missing (the Python fallback, slower, is then in use).
+formatter, row filler and phase overlaps, and one log event when the optional C extensions are
+missing (the Python fallback, slower, is then in use).
 """
 
 from __future__ import annotations
 
-from prvstream.daemon import heap
 from prvstream.daemon.config import Settings
 from prvstream.sinks.logger import get_logger
 
@@ -23,7 +22,6 @@ def apply(settings: Settings) -> None:
     from prvstream.sinks.efficiency import overlap
     from prvstream.sinks.paraver import fastfmt
 
-    heap.keep_freed_memory()  # once per process
     fastfmt.prefer_python(settings.pure_python)
     rowfill.prefer_python(settings.pure_python)
     overlap.prefer_python(settings.pure_python)

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from prvstream.daemon import heap
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds.bounds import hostile_text
 from prvstream.daemon.progress import TerminalProgress
@@ -69,6 +70,7 @@ def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream convert``."""
+    heap.keep_freed_memory()  # many reports one after another: keep their freed pages
     out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:

@@ -5,6 +5,8 @@ does not grow with the tasks already in the trace.
 
 from __future__ import annotations
 
+from array import array
+
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import event_types
 from prvstream.sinks.logger import get_logger
@@ -29,7 +31,9 @@ class Published:
         self._node_ids: dict[str, int] = {}
         self._tasks: list[str] = []
         self._header_tasks: list[str] = []
-        self._threads: list[list[str]] = []
+        #: each task's thread rows joined by newlines, and how many
+        self._threads: list[str] = []
+        self._counts = array("q")
         self._pcf_key: tuple[tuple[str, int], ...] | None = None
         self._pcf = b""
 
@@ -41,16 +45,19 @@ class Published:
             self._nodes.append(pv.sanitize_label(host))
         for entry in nb.tasks[len(self._tasks):]:
             self._tasks.append(pv.sanitize_label(entry.name))
-            self._threads.append([])
+            self._threads.append("")
+            self._counts.append(0)
             self._header_tasks.append(pv.header_task(0, self._node_ids[entry.host]))
         for task_id, entry in enumerate(nb.tasks, 1):
-            names = self._threads[task_id - 1]
-            if len(names) == len(entry.thread_keys):
+            count = self._counts[task_id - 1]
+            if count == len(entry.thread_keys):
                 continue
-            for thread, key in enumerate(entry.thread_keys[len(names):], len(names) + 1):
+            names = [self._threads[task_id - 1]] if count else []
+            for thread, key in enumerate(entry.thread_keys[count:], count + 1):
                 names.append(pv.sanitize_label(pv.row_label(task_id, thread, key, entry.host)))
-            self._header_tasks[task_id - 1] = pv.header_task(len(names),
-                                                             self._node_ids[entry.host])
+            self._threads[task_id - 1] = "\n".join(names)
+            self._counts[task_id - 1] = count = len(entry.thread_keys)
+            self._header_tasks[task_id - 1] = pv.header_task(count, self._node_ids[entry.host])
 
     def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
         """``pv.header_line`` of the numbering (``ValueError`` when over ``capacity``)."""
@@ -60,7 +67,7 @@ class Published:
 
     def row(self) -> bytes:
         self._catch_up()
-        return pv.row_from_parts(self._nodes, self._tasks, self._threads)
+        return pv.row_from_blocks(self._nodes, self._tasks, self._threads, sum(self._counts))
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

@@ -53,6 +53,7 @@ __all__ = [
     "header_task",
     "pcf_text",
     "rewrite_header",
+    "row_from_blocks",
     "row_from_parts",
     "row_label",
     "row_text",
@@ -320,14 +321,20 @@ def row_text(layout: TraceLayout) -> str:
 
 def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                    threads: Sequence[Sequence[str]]) -> bytes:
-    """The .row file from names already sanitized: nodes, tasks, each task's threads (a live
-    trace keeps them between appends)."""
+    """The .row file from names already sanitized: nodes, tasks, each task's threads."""
+    return row_from_blocks(nodes, tasks, ["\n".join(names) for names in threads],
+                           sum(len(t) for t in threads))
+
+
+def row_from_blocks(nodes: Sequence[str], tasks: Sequence[str], thread_blocks: Sequence[str],
+                    threads: int) -> bytes:
+    """``row_from_parts`` with each task's thread names joined by newlines ("" for none),
+    ``threads`` of them in all (a live trace keeps one string a task between appends)."""
     nodes = nodes or ["node"]
     out = [f"LEVEL CPU SIZE {len(nodes)}"]
     out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
     out += ["", f"LEVEL NODE SIZE {len(nodes)}", *nodes]
     out += ["", f"LEVEL TASK SIZE {len(tasks)}", *tasks]
-    out += ["", f"LEVEL THREAD SIZE {sum(len(t) for t in threads)}"]
-    for names in threads:
-        out += names
+    out += ["", f"LEVEL THREAD SIZE {threads}"]
+    out += [block for block in thread_blocks if block]
     return ("\n".join(out) + "\n").encode()

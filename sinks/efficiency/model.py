@@ -6,6 +6,7 @@ The sweep is ``DeviceSweep``, phase instances ``PhaseInstances``, the records ``
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from array import array
 
@@ -67,6 +68,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._devices: list[Device] = []
         self._device_ids: dict[tuple[str, int], int] = {}
         self._device_rank: list[int] = []  # gid -> position in (host, device) order
+        self._device_order: list[tuple[str, int]] = []  # the (host, device) keys, sorted
         self._process_devices: dict[tuple[str, int], list[int]] = {}
         self._window_slots: dict[int, int] = {}
         self._names: list[Name] = []
@@ -155,11 +157,15 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._device_ids[(dev.host, dev.device)] = gid
         self._devices.append(dev)
         self._process_devices.setdefault(dev.process, []).append(gid)
-        order = sorted(range(len(self._devices)),
-                       key=lambda g: (self._devices[g].host, self._devices[g].device))
-        self._device_rank = [0] * len(order)
-        for pos, g in enumerate(order):
-            self._device_rank[g] = pos
+        # its place among the keys so far: the devices after it move one down (none when
+        # devices come in key order, as a job's reports mostly do); re-sorting every device
+        # at each new one made registering a job's devices quadratic in its reports
+        key = (dev.host, dev.device)
+        pos = bisect.bisect_left(self._device_order, key)
+        self._device_order.insert(pos, key)
+        if pos < len(self._device_rank):
+            self._device_rank = [r + 1 if r >= pos else r for r in self._device_rank]
+        self._device_rank.append(pos)
         return gid
 
     def add_table_detail(self, rows: TableDetail) -> None:

@@ -20,7 +20,7 @@ from prvstream.daemon.stream.pipeline import (
     prepare,
     value_labels_of,
 )
-from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.spool import InOrderReplay
 from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -140,7 +140,9 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
-    tables and replayed into the efficiency model in canonical report order afterwards. The
+    tables and replayed into the efficiency model in canonical report order, each report as
+    soon as it and every report before it have streamed (``spool.InOrderReplay``: a small
+    report's feed stays in memory, at most ``fan_in`` ended ones wait at a time). The
     reports are committed together, so they make one summary update (a group commit,
     ``EfficiencyModel.hold_updates``): its records stream into ``summary_jsonl`` (else they
     are dropped), built once whatever the number of reports.
@@ -171,21 +173,23 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
                           "(each reason is given above)")
     if settings.kinds:
         _check_requested(reports, settings.kinds)
-    spools: dict[Path, ReportSpool] = {}
+    # the model takes the reports in canonical order, each as soon as it and every report
+    # before it have streamed (they end in about that order: the merge opens them so)
+    replay = None if model is None or len(reports) == 1 else InOrderReplay(
+        model, [r.path for r in sorted(reports, key=lambda r: r.sort_key)], settings.fan_in)
 
     def spool_for(rep: PreparedReport) -> Sink | None:
-        if model is None or len(reports) == 1:
+        if replay is None:
             return model  # one report streams alone: feed the model directly
-        spools[rep.path] = ReportSpool()
-        return spools[rep.path]
+        return replay.spool(rep.path)
 
     history = SummaryHistory(summary_jsonl if model is not None else None)
     try:
-        result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
-        if model is not None and spools:
+        if model is not None and replay is not None:
             model.hold_updates()  # converted together: one update (issue 11)
-            for rep in sorted(reports, key=lambda r: r.sort_key):
-                spools[rep.path].replay(model)
+        result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
+        if model is not None and replay is not None:
+            replay.finish()
             model.release_updates()
         if model is not None:
             history.publish_updates(model)
@@ -194,7 +198,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         history.abandon()
         for rep in reports:
             rep.close()
-        for spool in spools.values():
-            spool.discard()
+        if replay is not None:
+            replay.discard()
     result.failed = failed
     return result

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.spool import InOrderReplay, ReportSpool
 from prvstream.sinks.base import ACTIVITY_DTYPE, PHASE_DTYPE, ReportInfo
 
 
@@ -134,3 +136,53 @@ def test_parts_are_written_in_frames_and_replayed_in_order(tmp_path: Path, parts
     if parts <= 5:
         assert _frames(spool) == 1
     spool.discard()
+
+
+def _report_feed(sink: ReportSpool | Recorder, key: int, parts: list[int]) -> None:
+    """Report ``key``'s feed: one activity part per entry of ``parts`` (that many rows)."""
+    sink.begin_report(ReportInfo(report_id=f"r{key}", processes=[], devices=[],
+                                 origin_wall_ns=0, start_ns=0, end_ns=100, phase_names=[]))
+    for i, n in enumerate(parts):
+        sink.add_activity(_rows(ACTIVITY_DTYPE, [1000 * key + i] * n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), hold=st.integers(1, 4))
+def test_in_order_replay_feeds_reports_in_key_order_with_few_held(data: st.DataObject,
+                                                                   hold: int) -> None:
+    """Reports streamed in any interleaving (begun in one order, ended in another) reach the
+    sink in key order, each exactly as its own feed; at most ``hold`` ended reports wait in
+    memory (the rest were written to their files); nothing is left once all are replayed."""
+    n = data.draw(st.integers(1, 9), label="reports")
+    feeds = data.draw(st.lists(st.lists(st.sampled_from([1, 3, 5000]), max_size=4),
+                               min_size=n, max_size=n), label="parts")
+    begun = data.draw(st.permutations(range(n)), label="begin order")
+    ended = data.draw(st.permutations(range(n)), label="end order")
+    sink = Recorder()
+    replay = InOrderReplay(sink, list(range(n)), hold)  # type: ignore[arg-type]
+    spools = {}
+    for key in begun:
+        spools[key] = replay.spool(key)
+        _report_feed(spools[key], key, feeds[key])
+    for key in ended:
+        spools[key].end_report()
+        in_memory = [s for _, s in replay._waiting if s.holding]
+        assert len(in_memory) <= hold
+    replay.finish()
+    expected = Recorder()
+    for key in range(n):
+        _report_feed(expected, key, feeds[key])
+        expected.end_report()
+    assert sink.calls == expected.calls
+    assert replay._spools == {} and replay._waiting == []
+    assert all(s._fh is None or s._fh.closed for s in spools.values())
+
+
+def test_in_order_replay_refuses_a_report_that_never_ended() -> None:
+    replay = InOrderReplay(Recorder(), ["a", "b"], 2)  # type: ignore[arg-type]
+    for key in ("a", "b"):
+        _report_feed(replay.spool(key), 0, [1])
+    replay._spools["a"].end_report()
+    with pytest.raises(RuntimeError, match="never ended"):
+        replay.finish()
+    replay.discard()

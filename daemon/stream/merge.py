@@ -87,6 +87,22 @@ def _sort_order(keys: np.ndarray) -> np.ndarray:
 sort_order = _sort_order
 
 
+def _in_order(keys: np.ndarray) -> bool:
+    """Whether ``keys`` are in full-key order already (what ``_sort_order`` would leave
+    as they are): a merged stream's batches are, and checking costs less than sorting."""
+    if len(keys) < 2:
+        return True
+    time = keys[:, KEY_TIME]
+    if not bool((time[:-1] <= time[1:]).all()):
+        return False
+    tie = np.flatnonzero(time[:-1] == time[1:])
+    if not len(tie):
+        return True
+    obj, nxt = keys[tie, KEY_OBJECT], keys[tie + 1, KEY_OBJECT]
+    return bool(((obj < nxt) | ((obj == nxt)
+                                & (keys[tie, KEY_ORDER] <= keys[tie + 1, KEY_ORDER]))).all())
+
+
 def sort_batch(batch: RecordBatch) -> RecordBatch:
     """Sort a batch by its full key (stable)."""
     if len(batch) < 2:
@@ -122,8 +138,12 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
             watermark = _DONE
         else:
             if len(batch):
-                order = _sort_order(batch.keys)
-                pool.append((batch, order, batch.keys[order, KEY_TIME]))
+                if _in_order(batch.keys):  # a merged stream's batch: no sort, no copy
+                    order = np.arange(len(batch))
+                    pool.append((batch, order, np.ascontiguousarray(batch.keys[:, KEY_TIME])))
+                else:
+                    order = _sort_order(batch.keys)
+                    pool.append((batch, order, batch.keys[order, KEY_TIME]))
             heapq.heappush(heap, (watermark, index, stream))
         horizon = heap[0][0] if heap else _DONE
         if horizon == _FIRST or not pool:

@@ -201,3 +201,19 @@ def test_runs_spill_the_fewest_records_with_at_most_fan_in_streams_open(
         assert most[0] <= fan_in
         assert 0 < sum(spilled) <= most_spilled
     assert sum(spilled) < 2 * 4000 * 0.75  # not every record twice, as level by level did
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(1, 2),
+                          st.integers(1, 2), st.integers(0, 2), st.integers(0, 1),
+                          st.integers(0, 3)), max_size=30),
+       st.booleans())
+def test_in_order_is_true_exactly_when_sorting_moves_nothing(rows: list[tuple[int, ...]],
+                                                              presort: bool) -> None:
+    """The merge skips sorting a batch ``_in_order`` calls sorted: it must be so by the full
+    key (ties in time, object and order included), never otherwise."""
+    if presort:
+        rows = sorted(rows)
+    keys = _keys(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+    moved = not np.array_equal(merge_module.sort_order(keys), np.arange(len(rows)))
+    assert merge_module._in_order(keys) is not moved

@@ -4,7 +4,8 @@ file rewritten when it outgrew its capacity), and the .pcf/.row that follow from
 
 It takes what the daemon computed (layout, event types, record batches) and imports nothing of
 the daemon. With ``behind`` the text is formatted and written by a thread of its own: the C
-formatter and the file write run without the GIL, so they overlap the caller's work.
+formatter and the file write run without the GIL, so they overlap the caller's work (into a
+real file: one C call a batch formats and writes it to the file descriptor).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import IO, Final
 from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import fastfmt
-from prvstream.sinks.paraver.fastfmt import format_records
+from prvstream.sinks.paraver.fastfmt import TEXT_RECORDS, format_records, write_records
 from prvstream.sinks.paraver.format import (
     EventTypeSpec,
     TraceLayout,
@@ -66,18 +67,14 @@ def metadata(event_types: Iterable[EventTypeSpec], layout: TraceLayout) -> tuple
 #: batch: at most 16k records, ~2 MiB of fields; the default chunk gives ~1 MiB)
 BEHIND_BATCHES = 1
 #: the interpreter's switch interval while a ``behind`` writer runs: the thread takes the GIL
-#: three times a batch (queue, formatter call, write), and each time the default 5 ms would
+#: twice a batch (queue, the C call) into a real file, and each time the default 5 ms would
 #: leave it waiting on the caller's Python code
 _SWITCH_S = 0.0005
 
 
-#: records formatted at a time: a merged batch's whole text (up to 16k records, the C
-#: formatter reserving 21 bytes a field) was 2.5 MiB at once, in the writer's own arena
-TEXT_RECORDS = 2048
-
-
 def _write_text(fh: IO[bytes], batch: RecordBatch) -> None:
-    """Write the batch's lines, formatted ``TEXT_RECORDS`` at a time (the same bytes)."""
+    """Write the batch's lines, formatted ``TEXT_RECORDS`` at a time (the same bytes): a merged
+    batch's whole text (up to 16k records) was 2.5 MiB at once."""
     for lo in range(0, len(batch), TEXT_RECORDS):
         fh.write(format_records(batch.fields[lo:lo + TEXT_RECORDS],
                                 batch.tmpl[lo:lo + TEXT_RECORDS]))
@@ -100,7 +97,10 @@ class PrvWriter:
         self._queue: queue.Queue[RecordBatch | None] | None = None
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
+        #: the file descriptor the thread writes to (None: through ``fh``)
+        self._fd: int | None = None
         if behind and fastfmt.compiled():
+            self._fd = _descriptor(fh)
             self._queue = queue.Queue(maxsize=BEHIND_BATCHES)
             _short_switches(True)
             self._thread = threading.Thread(target=self._drain, name="prv-writer", daemon=True)
@@ -122,7 +122,10 @@ class PrvWriter:
         while (batch := self._queue.get()) is not None:
             if self._failed is None:
                 try:
-                    _write_text(self.fh, batch)
+                    if self._fd is not None:
+                        write_records(self._fd, batch.fields, batch.tmpl)
+                    else:
+                        _write_text(self.fh, batch)
                 except BaseException as exc:  # raised in the caller's thread
                     self._failed = exc
 
@@ -150,6 +153,9 @@ class PrvWriter:
             self._thread.join()
             self._thread = self._queue = None
             _short_switches(False)
+        if self._fd is not None:  # the file object's position after the direct writes
+            self.fh.seek(os.lseek(self._fd, 0, os.SEEK_CUR))
+            self._fd = None
 
     def finish(self, header: bytes) -> None:
         """Write the header over the placeholder at the start and make the file durable."""
@@ -159,6 +165,17 @@ class PrvWriter:
         self.fh.write(header)
         self.fh.flush()
         os.fsync(self.fh.fileno())
+
+
+def _descriptor(fh: IO[bytes]) -> int | None:
+    """``fh``'s file descriptor, its buffer flushed (writes go to it directly from now on), or
+    None when it has none (an in-memory file)."""
+    try:
+        fd = fh.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+    fh.flush()
+    return fd
 
 
 class _Stopped(Exception):

@@ -111,9 +111,11 @@ def test_a_writer_behind_writes_the_same_bytes(tmp_path: Path, behind: bool) -> 
         assert bool(_writer_threads()) == (behind and fastfmt.compiled())
         for b in batches:
             writer.write(b)
+        writer.flush()
+        body = b"".join(b.text() for b in batches)
+        assert fh.tell() == 16 + len(body)  # the file object follows the thread's writes
         writer.finish(b"fifteen bytes.\n")
     assert not _writer_threads() and sys.getswitchinterval() == switch
-    body = b"".join(b.text() for b in batches)
     assert prv.read_bytes() == b"fifteen bytes.\n" + b"\n" + body
     assert writer.records == sum(len(b) for b in batches)
     assert writer.end_time == max(int(b.keys[:, 0].max()) for b in batches)

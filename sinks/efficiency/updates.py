@@ -20,6 +20,10 @@ __all__ = ["UpdateQueue"]
 
 log = get_logger(__name__)
 
+#: instance ids turned into Python ints at a time while an update's records are built (a
+#: long report touches one per phase occurrence: a list of them all grew with the trace)
+_IDS_AT_ONCE = 1024
+
 
 class UpdateQueue(RecordViews):
     """Queues each update's records and folds the kept ones (mixed into ``EfficiencyModel``)."""
@@ -52,7 +56,8 @@ class UpdateQueue(RecordViews):
             touched = touched[np.lexsort((self._i_occ[touched],
                                           rank[self._i_name[touched]],
                                           self._i_start[touched]))]
-        names = sorted(set(self._i_name[touched].tolist()), key=lambda n: self._names[n].name)
+        names = sorted(np.unique(self._i_name[touched], return_counts=True)[0].tolist(),
+                       key=lambda n: self._names[n].name)
         pending = Pending(self._cumulative(), windows, touched, names, {})
         self._keep_state(pending)
         self._pending = pending
@@ -141,5 +146,6 @@ class UpdateQueue(RecordViews):
         yield p.cumulative
         for k in p.windows:
             yield built.get(("w", k)) or self._window(k)
-        for i in p.instances.tolist():
-            yield built.get(("p", i)) or self._phase(i)
+        for lo in range(0, len(p.instances), _IDS_AT_ONCE):  # not one int object per instance
+            for i in p.instances[lo:lo + _IDS_AT_ONCE].tolist():
+                yield built.get(("p", i)) or self._phase(i)

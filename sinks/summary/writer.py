@@ -26,8 +26,9 @@ __all__ = ["SummaryWriter", "iter_records", "load_summary", "read_records"]
 
 log = get_logger(__name__)
 
-#: bytes of encoded lines gathered before a write
-_SLICE = 1 << 20
+#: bytes of encoded lines gathered before a write (the lines and their joined copy are held
+#: at once, at the end of a long report's conversion: its peak)
+_SLICE = 1 << 18
 
 
 class SummaryWriter:

@@ -73,3 +73,34 @@ def test_a_report_leaves_a_bounded_number_of_bytes_in_the_model() -> None:
     assert 0 < per_report < RETAINED_PER_REPORT, per_report
     assert size == len(encode_partial(model.partial()))
     assert chunked_peak < CHECKPOINT_PER_DEVICE * last, chunked_peak
+
+
+def _records_peak(occurrences: int) -> tuple[int, int]:
+    """Records of one report with ``occurrences`` phase occurrences: how many, and the traced
+    peak above what the model holds while they are consumed one at a time."""
+    model = EfficiencyModel("j")
+    step = 1_000
+    model.begin_report(report("r", "h", 1, 0, [0], 0, occurrences * step + step,
+                              phase_names=["step"]))
+    feed_interleaved(model, acts([(10, occurrences * step, 0, 0, C)]),
+                     phases([(k * step, k * step + step // 2, 0, 0)
+                             for k in range(occurrences)]), 4096)
+    model.end_report()
+    gc.collect()
+    tracemalloc.start(1)
+    try:
+        held = tracemalloc.get_traced_memory()[0]
+        count = sum(1 for _ in model.iter_updates())
+        return count, tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_reports_records_are_built_in_memory_that_does_not_grow_with_its_phases() -> None:
+    # one record per phase occurrence: building them held every instance id as a Python int
+    # at once (~40 B an occurrence, the end of a 10M-row conversion's peak)
+    small, big = 2_500, 7_500
+    n_small, peak_small = _records_peak(small)
+    n_big, peak_big = _records_peak(big)
+    assert n_big - n_small == big - small
+    assert peak_big - peak_small < 8 * (big - small), (peak_small, peak_big)

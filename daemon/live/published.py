@@ -54,7 +54,7 @@ class Published:
                 continue
             names = [self._threads[task_id - 1]] if count else []
             for thread, key in enumerate(entry.thread_keys[count:], count + 1):
-                names.append(pv.sanitize_label(pv.row_label(task_id, thread, key, entry.host)))
+                names.append(pv.row_line(task_id, thread, key, entry.host))
             self._threads[task_id - 1] = "\n".join(names)
             self._counts[task_id - 1] = count = len(entry.thread_keys)
             self._header_tasks[task_id - 1] = pv.header_task(count, self._node_ids[entry.host])

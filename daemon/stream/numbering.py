@@ -36,6 +36,9 @@ _UNWRITTEN = frozenset({"Cc", "Zl", "Zp"})
 MAIN_THREAD = "(main thread)"
 #: tasks whose thread lookups are kept at once (rebuilt from ``thread_keys`` when dropped)
 _THREAD_INDEXES = 256
+#: GPU thread keys and names (the same few in every task: ``(1, 0, 7)``, ``CUDA-D0.S7``)
+#: kept once and shared by the tasks that have them, at most this many
+_SHARED_KEPT = 4096
 
 
 def clean_label(text: str) -> str:
@@ -88,6 +91,10 @@ class Numbering:
         self._thread_index: dict[int, dict[ThreadKey, int]] = {}
         #: (task id, position) of each thread added since the last ``mark``
         self._grown: list[tuple[int, int]] = []
+        #: one copy of each GPU thread key and name, shared by every task that has it (a
+        #: job of thousands of one-rank tasks holds no tuple and string a stream and task)
+        self._shared_keys: dict[ThreadKey, ThreadKey] = {}
+        self._shared_names: dict[str, str] = {}
         self.reindex()
 
     def mark(self) -> tuple[int, int, dict[str, int]]:
@@ -150,10 +157,23 @@ class Numbering:
         if found is not None:
             return found
         self._grown.append((task_id, len(entry.thread_keys)))
+        name = clean_label(name)
+        if key[0] != 0:  # CPU threads' tids and names differ from task to task
+            key, name = self._share(tkey, name)
         entry.thread_keys.append(key)
-        entry.thread_names.append(clean_label(name))
+        entry.thread_names.append(name)
         index[tkey] = len(entry.thread_keys)
         return index[tkey]
+
+    def _share(self, key: ThreadKey, name: str) -> tuple[ThreadKey, str]:
+        """The kept copies of an equal key and name (kept now while there is room)."""
+        keys, names = self._shared_keys, self._shared_names
+        shared_key, shared_name = keys.get(key), names.get(name)
+        if shared_key is None and len(keys) < _SHARED_KEPT:
+            shared_key = keys[key] = key
+        if shared_name is None and len(names) < _SHARED_KEPT:
+            shared_name = names[name] = name
+        return (shared_key or key), (shared_name or name)
 
     def find_thread(self, host: str, pid: int, key: ThreadKey) -> tuple[int, int] | None:
         """(task id, thread id) of a thread already numbered, else None (adds nothing)."""

@@ -56,6 +56,7 @@ __all__ = [
     "row_from_blocks",
     "row_from_parts",
     "row_label",
+    "row_line",
     "row_text",
     "sanitize_label",
 ]
@@ -162,15 +163,19 @@ _SANITIZED: dict[str, str] = {}
 _SANITIZED_KEPT = 4096
 
 
+def _sanitized(text: str) -> str:
+    clean = _CONTROL.sub(" ", text).strip()
+    if len(clean) > _LABEL_LIMIT:
+        clean = clean[: _LABEL_LIMIT - 3] + "..."
+    return clean or "(unnamed)"
+
+
 def sanitize_label(text: str) -> str:
     """Make a name safe for one .pcf/.row line: no control characters, bounded length."""
     found = _SANITIZED.get(text)
     if found is not None:
         return found
-    clean = _CONTROL.sub(" ", text).strip()
-    if len(clean) > _LABEL_LIMIT:
-        clean = clean[: _LABEL_LIMIT - 3] + "..."
-    clean = clean or "(unnamed)"
+    clean = _sanitized(text)
     if len(text) <= _LABEL_LIMIT:
         if len(_SANITIZED) >= _SANITIZED_KEPT:
             _SANITIZED.clear()
@@ -309,6 +314,12 @@ def row_label(task: int, thread: int, key: tuple[int, int, int], host: str) -> s
         node = re.sub(r"\s+", "_", sanitize_label(host)) if host else "unknown-host"
         return f"CUDA-D{key[1]}.{stream}-{node}"
     return f"Metrics GPU{key[1]}"
+
+
+def row_line(task: int, thread: int, key: tuple[int, int, int], host: str) -> str:
+    """``sanitize_label(row_label(...))`` without the memo: each thread's row is met once, so
+    keeping it there would only hold a string a thread (up to the memo's bound)."""
+    return _sanitized(row_label(task, thread, key, host))
 
 
 def row_text(layout: TraceLayout) -> str:

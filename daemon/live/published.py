@@ -16,6 +16,9 @@ __all__ = ["Published"]
 
 log = get_logger(__name__)
 
+#: distinct header entries (``threads:node``) kept to be shared by the tasks that have them
+_HEADER_KEPT = 4096
+
 
 class Published:
     """The formatted parts of one numbering's header, ``.row`` and ``.pcf``; byte for byte
@@ -31,11 +34,22 @@ class Published:
         self._node_ids: dict[str, int] = {}
         self._tasks: list[str] = []
         self._header_tasks: list[str] = []
+        self._header_kept: dict[str, str] = {}
         #: each task's thread rows joined by newlines, and how many
         self._threads: list[str] = []
         self._counts = array("q")
         self._pcf_key: tuple[tuple[str, int], ...] | None = None
         self._pcf = b""
+
+    def _shared(self, text: str) -> str:
+        """The kept copy of an equal header entry (``threads:node``: the same few in most
+        tasks), kept now while there is room."""
+        found = self._header_kept.get(text)
+        if found is None:
+            found = text
+            if len(self._header_kept) < _HEADER_KEPT:
+                self._header_kept[text] = text
+        return found
 
     def _catch_up(self) -> None:
         """Format what the numbering gained since the last call (a length check per task)."""
@@ -44,10 +58,11 @@ class Published:
             self._node_ids[host] = len(self._nodes) + 1
             self._nodes.append(pv.sanitize_label(host))
         for entry in nb.tasks[len(self._tasks):]:
-            self._tasks.append(pv.sanitize_label(entry.name))
+            self._tasks.append(pv.sanitize_once(entry.name))
             self._threads.append("")
             self._counts.append(0)
-            self._header_tasks.append(pv.header_task(0, self._node_ids[entry.host]))
+            self._header_tasks.append(self._shared(pv.header_task(0,
+                                                                  self._node_ids[entry.host])))
         for task_id, entry in enumerate(nb.tasks, 1):
             count = self._counts[task_id - 1]
             if count == len(entry.thread_keys):
@@ -57,7 +72,8 @@ class Published:
                 names.append(pv.row_line(task_id, thread, key, entry.host))
             self._threads[task_id - 1] = "\n".join(names)
             self._counts[task_id - 1] = count = len(entry.thread_keys)
-            self._header_tasks[task_id - 1] = pv.header_task(count, self._node_ids[entry.host])
+            self._header_tasks[task_id - 1] = self._shared(
+                pv.header_task(count, self._node_ids[entry.host]))
 
     def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
         """``pv.header_line`` of the numbering (``ValueError`` when over ``capacity``)."""

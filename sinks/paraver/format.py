@@ -59,6 +59,7 @@ __all__ = [
     "row_line",
     "row_text",
     "sanitize_label",
+    "sanitize_once",
 ]
 
 log = get_logger(__name__)
@@ -163,7 +164,9 @@ _SANITIZED: dict[str, str] = {}
 _SANITIZED_KEPT = 4096
 
 
-def _sanitized(text: str) -> str:
+def sanitize_once(text: str) -> str:
+    """``sanitize_label`` without its memo, for a text met once (a task's or a thread's
+    label: kept in the memo it would only hold a string an object, up to the bound)."""
     clean = _CONTROL.sub(" ", text).strip()
     if len(clean) > _LABEL_LIMIT:
         clean = clean[: _LABEL_LIMIT - 3] + "..."
@@ -175,7 +178,7 @@ def sanitize_label(text: str) -> str:
     found = _SANITIZED.get(text)
     if found is not None:
         return found
-    clean = _sanitized(text)
+    clean = sanitize_once(text)
     if len(text) <= _LABEL_LIMIT:
         if len(_SANITIZED) >= _SANITIZED_KEPT:
             _SANITIZED.clear()
@@ -319,7 +322,7 @@ def row_label(task: int, thread: int, key: tuple[int, int, int], host: str) -> s
 def row_line(task: int, thread: int, key: tuple[int, int, int], host: str) -> str:
     """``sanitize_label(row_label(...))`` without the memo: each thread's row is met once, so
     keeping it there would only hold a string a thread (up to the memo's bound)."""
-    return _sanitized(row_label(task, thread, key, host))
+    return sanitize_once(row_label(task, thread, key, host))
 
 
 def row_text(layout: TraceLayout) -> str:

@@ -86,19 +86,19 @@ def _raw(rows: np.ndarray) -> np.ndarray:
     return rows.view(np.dtype((np.void, rows.dtype.itemsize)))
 
 
-def _join(a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
-    if a is None or not len(a):
-        return b
-    return np.concatenate([_raw(a), _raw(b)]).view(b.dtype)
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate([_raw(p) for p in parts]).view(
+        parts[0].dtype)
 
 
 def merge(parts: list[Iterator[np.ndarray]], floor: Floors, dtype: np.dtype,
           chunk_rows: int) -> Iterator[np.ndarray]:
     """The parts' rows (``scan_dtype(dtype)`` chunks, each part in its driving rowid order) as
     ``dtype`` chunks of at most ``chunk_rows`` rows, ordered by start, ties by part, then in
-    each part's order: ``ORDER BY start`` over the parts' ``UNION ALL``."""
+    each part's order: ``ORDER BY start`` over the parts' ``UNION ALL``. A part's held rows
+    are its chunks as they came (not copied into one array at each arrival)."""
     n = len(parts)
-    held: list[np.ndarray | None] = [None] * n
+    held: list[list[np.ndarray]] = [[] for _ in range(n)]
     #: least start of each part's rows still to come (``_NEVER`` once it ended)
     marks = [floor.at(floor.first)] * n
     last = [-1] * n
@@ -115,35 +115,41 @@ def merge(parts: list[Iterator[np.ndarray]], floor: Floors, dtype: np.dtype,
                     raise PrvstreamError("a join's part did not follow its driving table's "
                                          "rowid order; PRVSTREAM_PRESORT=0 reads it sorted")
                 last[k] = int(rowid[-1])
-                held[k] = _join(held[k], chunk)
+                held[k].append(chunk)
                 marks[k] = floor.at(last[k])
         below = min(marks)
         final = below == _NEVER
-        masks = [None if h is None else (h["start"] < below if not final else None)
-                 for h in held]
-        ready = sum(len(h) if m is None else int(np.count_nonzero(m))
-                    for h, m in zip(held, masks, strict=True) if h is not None)
+        ready = sum(len(c) if final else int(np.count_nonzero(c["start"] < below))
+                    for h in held for c in h)
         if ready and (ready >= chunk_rows or final):
-            yield from _release(held, masks, dtype, chunk_rows)
+            yield from _release(held, None if final else below, dtype, chunk_rows)
         if final:
             return
 
 
-def _release(held: list[np.ndarray | None], masks: list[np.ndarray | None], dtype: np.dtype,
+def _release(held: list[list[np.ndarray]], below: int | None, dtype: np.dtype,
              chunk_rows: int) -> Iterator[np.ndarray]:
-    """The held rows under the mark (all where the mask is None), sorted; the rest stay."""
+    """The held rows starting before ``below`` (all with None), sorted; the rest stay."""
     taken: list[np.ndarray] = []
-    for i, (rows, mask) in enumerate(zip(held, masks, strict=True)):
-        if rows is None:
+    for i, chunks in enumerate(held):
+        if not chunks:
             continue
-        if mask is None:
-            taken.append(rows)
-            held[i] = None
-        else:
-            taken.append(rows[mask])
-            held[i] = rows[~mask]
-    both = np.concatenate([_raw(t) for t in taken]).view(taken[0].dtype) if len(taken) > 1 \
-        else taken[0]
+        if below is None:
+            taken += chunks
+            held[i] = []
+            continue
+        rest: list[np.ndarray] = []
+        for c in chunks:
+            mask = c["start"] < below
+            if mask.all():
+                taken.append(c)
+            elif mask.any():
+                taken.append(c[mask])
+                rest.append(c[~mask])
+            else:
+                rest.append(c)
+        held[i] = rest
+    both = _concat(taken)
     order = np.argsort(both["start"], kind="stable")
     width = both.dtype.itemsize
     wide = both.view(np.uint8).reshape(len(both), width)

@@ -134,6 +134,22 @@ static int check_records(const template_t *tp, Py_ssize_t ntemplates, const int1
     return 0;
 }
 
+/* a batch's templates, its sizes and every record's template checked; NULL with an error set */
+static template_t *batch_templates(PyObject *templates, Py_ssize_t ntemplates,
+                                   const Py_buffer *fields, Py_ssize_t width,
+                                   const Py_buffer *tmpl, Py_ssize_t n) {
+    if (width <= 0 || fields->len != n * width * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "fields must hold len(tmpl) * width int64 values");
+        return NULL;
+    }
+    template_t *tp = load_templates(templates, ntemplates);
+    if (tp && check_records(tp, ntemplates, (const int16_t *)tmpl->buf, n, width) < 0) {
+        free_templates(tp, ntemplates);
+        return NULL;
+    }
+    return tp;
+}
+
 /* one record's line at out; returns its end */
 static char *put_record(char *out, const template_t *t, const int64_t *row) {
     for (Py_ssize_t j = 0; j < t->nlit; j++) {
@@ -173,15 +189,10 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     char *buf = NULL;
     Py_ssize_t ntemplates = PyList_GET_SIZE(templates);
     Py_ssize_t n = tmpl.len / (Py_ssize_t)sizeof(int16_t);
-    if (width <= 0 || fields.len != n * width * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "fields must hold len(tmpl) * width int64 values");
-        goto done;
-    }
-    tp = load_templates(templates, ntemplates);
+    tp = batch_templates(templates, ntemplates, &fields, width, &tmpl, n);
     if (!tp) goto done;
     const int16_t *ids = (const int16_t *)tmpl.buf;
     const int64_t *vals = (const int64_t *)fields.buf;
-    if (check_records(tp, ntemplates, ids, n, width) < 0) goto done;
     /* the most one record takes: its literals and INT_CHARS a field */
     Py_ssize_t most = 0;
     for (Py_ssize_t t = 0; t < ntemplates; t++) {
@@ -238,16 +249,11 @@ static PyObject *format_records(PyObject *self, PyObject *args) {
     template_t *tp = NULL;
     Py_ssize_t ntemplates = PyList_GET_SIZE(templates);
     Py_ssize_t n = tmpl.len / (Py_ssize_t)sizeof(int16_t);
-    if (width <= 0 || fields.len != n * width * (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "fields must hold len(tmpl) * width int64 values");
-        goto done;
-    }
-    tp = load_templates(templates, ntemplates);
+    tp = batch_templates(templates, ntemplates, &fields, width, &tmpl, n);
     if (!tp) goto done;
     const int16_t *ids = (const int16_t *)tmpl.buf;
     const int64_t *vals = (const int64_t *)fields.buf;
     Py_ssize_t size = 0;
-    if (check_records(tp, ntemplates, ids, n, width) < 0) goto done;
     for (Py_ssize_t r = 0; r < n; r++) {
         int16_t t = ids[r];
         /* the exact size (not a bound per field: a batch's text is allocated once, at its

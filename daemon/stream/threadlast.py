@@ -19,7 +19,12 @@ _RECENT = 512
 
 
 def _code(key: tuple[int, int]) -> int:
-    return key[0] << 32 | key[1]
+    """``key`` packed into one int64 (task in the high half): refuses what would collide."""
+    task, thread = key
+    if not (0 <= task < 2**31 and 0 <= thread < 2**32):
+        raise ValueError(f"(task, thread) {key} out of the packed range "
+                         "(task < 2**31, thread < 2**32, both >= 0)")
+    return task << 32 | thread
 
 
 class ThreadLast:

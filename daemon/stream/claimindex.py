@@ -52,7 +52,7 @@ class ClaimIndex:
         rep = len(self._rep_wall)
         self._rep_wall.append(sort_key[0])
         self._rep_host.append(self._host(sort_key[1]))
-        self._names += sort_key[2].encode()
+        self._names += sort_key[2].encode(errors="surrogatepass")  # a path's undecodable bytes
         self._name_ends.append(len(self._names))
         for host, pid, tid, lo, hi in claims:
             self._recent.append((hash((host, pid, tid)), self._host(host), pid, tid, lo, hi,
@@ -71,7 +71,7 @@ class ClaimIndex:
     def _sort_key(self, rep: int) -> tuple[int, str, str]:
         start = self._name_ends[rep - 1] if rep else 0
         return (self._rep_wall[rep], self._hosts[self._rep_host[rep]],
-                self._names[start:self._name_ends[rep]].decode())
+                self._names[start:self._name_ends[rep]].decode(errors="surrogatepass"))
 
     def earlier(self, sort_key: tuple[int, str, str], claims: list[Claim]) -> list[Claim]:
         """The claims on the threads of ``claims`` of the reports before ``sort_key``, by
@@ -83,8 +83,8 @@ class ClaimIndex:
             hid = self._host_ids.get(host)
             if hid is None:
                 continue
-            a, b = np.searchsorted(codes, [h, h + 1]) if h < 2**63 - 1 else (
-                np.searchsorted(codes, h), len(codes))
+            a = int(np.searchsorted(codes, h, "left"))
+            b = int(np.searchsorted(codes, h, "right"))
             rows = [tuple(r) for r in self._packed[a:b].tolist()]
             rows += [r for r in self._recent if r[0] == h]
             for _, rh, rp, rt, lo, hi, rep in rows:

@@ -12,7 +12,7 @@ from tests.traced import held_by
 
 _threads = st.tuples(st.sampled_from(["a", "b", "nodé"]), st.integers(1, 4), st.integers(1, 3))
 _report = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "nodé"]),
-                    st.sampled_from(["r1", "r2", "ré"]),
+                    st.sampled_from(["r1", "r2", "ré", "r\udcff"]),
                     st.lists(st.tuples(_threads, st.integers(0, 100), st.integers(0, 100)),
                              max_size=4))
 

@@ -98,6 +98,8 @@ def merge(parts: list[Iterator[np.ndarray]], floor: Floors, dtype: np.dtype,
     each part's order: ``ORDER BY start`` over the parts' ``UNION ALL``. A part's held rows
     are its chunks as they came (not copied into one array at each arrival)."""
     n = len(parts)
+    if not n:  # no part, no rows (``min`` of no marks below would fail)
+        return
     held: list[list[np.ndarray]] = [[] for _ in range(n)]
     #: least start of each part's rows still to come (``_NEVER`` once it ended)
     marks = [floor.at(floor.first)] * n

@@ -130,3 +130,11 @@ def test_a_part_out_of_rowid_order_is_refused() -> None:
 def test_a_dtype_with_padding_is_refused() -> None:
     with pytest.raises(ValueError, match="packed"):
         joinscan.scan_dtype(np.dtype([("start", "<i8"), ("x", "<i4")], align=True))
+
+
+def test_no_parts_and_empty_parts_give_no_rows() -> None:
+    wide = joinscan.scan_dtype(comm.SPEC.dtype)
+    floor = joinscan.Floors(0, np.array([0], np.int64), 4)
+    assert list(joinscan.merge([], floor, comm.SPEC.dtype, 8)) == []
+    empty = [iter([np.zeros(0, wide)]), iter([])]
+    assert list(joinscan.merge(empty, floor, comm.SPEC.dtype, 8)) == []

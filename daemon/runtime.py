@@ -6,28 +6,33 @@ missing (the Python fallback, slower, is then in use).
 from __future__ import annotations
 
 from prvstream.daemon.config import Settings
+from prvstream.sinks import native
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["apply"]
+__all__ = ["apply", "extensions"]
 
 log = get_logger(__name__)
 
 _reported = False
 
 
+def extensions() -> tuple[OptionalExtension, ...]:
+    """Every optional C extension (importing the modules that declare them: numpy comes too,
+    so only once a command runs)."""
+    from prvstream.daemon.nsys import rowfill  # noqa: F401 - each import declares one
+    from prvstream.sinks.efficiency import overlap  # noqa: F401
+    from prvstream.sinks.paraver import fastfmt  # noqa: F401
+
+    return native.registered()
+
+
 def apply(settings: Settings) -> None:
     """Set the switches from ``settings`` (the command line and the API call this)."""
     global _reported
-    from prvstream.daemon.nsys import rowfill  # numpy: only once a command runs
-    from prvstream.sinks.efficiency import overlap
-    from prvstream.sinks.paraver import fastfmt
-
-    fastfmt.prefer_python(settings.pure_python)
-    rowfill.prefer_python(settings.pure_python)
-    overlap.prefer_python(settings.pure_python)
-    missing = [name for name, built in (("record formatter", fastfmt.built()),
-                                        ("row filler", rowfill.built()),
-                                        ("phase overlaps", overlap.built())) if not built]
+    found = extensions()
+    native.prefer_python(settings.pure_python)
+    missing = [ext.what for ext in found if not ext.built()]
     if missing and not _reported:
         _reported = True
         log.info("python_fallback_in_use", missing=missing,

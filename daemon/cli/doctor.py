@@ -9,7 +9,6 @@ whether the compiled extensions load. Exit status 1 when a check fails.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import shutil
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from prvstream.daemon import runtime
 from prvstream.daemon.config import Settings
 from prvstream.sinks.logger import get_logger
 
@@ -226,21 +226,17 @@ def check_nsys() -> Check:
 
 
 def check_extensions(settings: Settings) -> Iterator[Check]:
-    for module, what in (("prvstream.sinks.paraver._fastfmt", "record formatter"),
-                         ("prvstream.daemon.nsys._rowfill", "row filler")):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            yield Check("warn", "C extension", f"{what} ({module}) not loaded: {exc}; the "
-                        "Python fallback is slower", "reinstall with a C compiler present: "
-                        "pip install . (or pip wheel . on a machine with one)")
+    for ext in runtime.extensions():
+        if not ext.built():
+            yield Check("warn", "C extension", f"{ext.what} ({ext.module}) not loaded: "
+                        f"{ext.error}; the Python fallback is slower", "reinstall with a C "
+                        "compiler present: pip install . (or pip wheel . on a machine with one)")
+        elif settings.pure_python:
+            yield Check("warn", "C extension", f"{ext.what} built but pure_python is set "
+                        "(PRVSTREAM_PURE_PYTHON): the Python fallback is used",
+                        "unset PRVSTREAM_PURE_PYTHON (or pure_python in the config file)")
         else:
-            if settings.pure_python:
-                yield Check("warn", "C extension", f"{what} built but pure_python is set "
-                            "(PRVSTREAM_PURE_PYTHON): the Python fallback is used",
-                            "unset PRVSTREAM_PURE_PYTHON (or pure_python in the config file)")
-            else:
-                yield Check("ok", "C extension", f"{what} loaded")
+            yield Check("ok", "C extension", f"{ext.what} loaded")
 
 
 def run_checks(roots: list[Path], settings: Settings, mountinfo: str | None = None,

@@ -10,8 +10,7 @@
  * A value that is not an int raises TypeError, one out of its column's range OverflowError,
  * naming the row and column. The numpy fallback in rowfill.py fills the same bytes.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "native.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -83,15 +82,5 @@ done:
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"fill_rows", fill_rows, METH_VARARGS,
-     "fill_rows(rows, out, itemsize, offsets, sizes) -> None"},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_rowfill", "SQLite rows into numpy structured arrays.", -1,
-    methods, NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__rowfill(void) { return PyModule_Create(&module); }
+PRVSTREAM_ONE_FUNCTION_MODULE(_rowfill, "SQLite rows into numpy structured arrays.", fill_rows,
+                              "fill_rows(rows, out, itemsize, offsets, sizes) -> None")

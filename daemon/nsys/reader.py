@@ -45,7 +45,7 @@ log = get_logger(__name__)
 
 def enabled() -> bool:
     """Whether the reader process can run here (``Settings.reader`` says whether to use it)."""
-    return rowfill.compiled() and bool(sys.executable)
+    return rowfill.ROW_FILLER.compiled() and bool(sys.executable)
 
 
 #: ``fcntl.F_SETPIPE_SZ`` (Linux; the module names it from Python 3.10 on, not everywhere)
@@ -69,10 +69,8 @@ class ReaderProcess:
     """The child process and the framing of its answers."""
 
     def __init__(self) -> None:
-        from prvstream.daemon.nsys import _rowfill  # built: ``enabled()`` checked it
-
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", _readerchild.__file__, _rowfill.__file__ or ""],
+        self._proc = subprocess.Popen(  # the filler is built: ``enabled()`` checked it
+            [sys.executable, "-I", "-S", _readerchild.__file__, rowfill.ROW_FILLER.file or ""],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None

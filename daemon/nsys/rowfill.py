@@ -7,52 +7,23 @@ module (or on a big-endian machine) numpy does the same job and gives the same a
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = [
-    "Layout",
-    "built",
-    "compiled",
-    "field_layout",
-    "field_offset",
-    "prefer_python",
-    "rows_to_array",
-]
+from prvstream.sinks.native import OptionalExtension
 
-try:  # the compiled filler (optional; its packed layouts assume a little-endian machine)
-    if sys.byteorder != "little":
-        raise ImportError("big-endian machine")
-    from prvstream.daemon.nsys._rowfill import fill_rows as _c_fill
-except ImportError:  # pragma: no cover - depends on the build
-    _c_fill = None
+__all__ = ["ROW_FILLER", "Layout", "field_layout", "field_offset", "rows_to_array"]
 
-#: fill in Python even where the C filler was built (``Settings.pure_python``)
-_prefer_python = False
+#: the compiled filler (optional; its packed layouts assume a little-endian machine)
+ROW_FILLER = OptionalExtension("prvstream.daemon.nsys._rowfill", "fill_rows", "row filler",
+                               little_endian=True)
 
 #: where each fetched value goes: (byte offsets, sizes), one pair per value
 Layout = tuple[tuple[int, ...], tuple[int, ...]]
 
 _LAYOUT: dict[np.dtype, Layout] = {}
 _FALLBACK: dict[tuple[np.dtype, Layout], np.dtype] = {}
-
-
-def built() -> bool:
-    """True when the C filler was built and loads."""
-    return _c_fill is not None
-
-
-def prefer_python(flag: bool) -> None:
-    """Fill in Python even where C is available (comparisons); set from the settings."""
-    global _prefer_python
-    _prefer_python = flag
-
-
-def compiled() -> bool:
-    """True when the C filler is in use."""
-    return _c_fill is not None and not _prefer_python
 
 
 def field_offset(dtype: np.dtype, name: str) -> int:
@@ -91,9 +62,10 @@ def rows_to_array(rows: Sequence[tuple[object, ...]], dtype: np.dtype,
     field.
     """
     offsets, sizes = layout or field_layout(dtype)
-    if _c_fill is not None and not pure and not _prefer_python and isinstance(rows, list):
+    c_fill = ROW_FILLER.use(pure)
+    if c_fill is not None and isinstance(rows, list):
         out = np.empty(len(rows), dtype=dtype)
-        _c_fill(rows, out, dtype.itemsize, offsets, sizes)
+        c_fill(rows, out, dtype.itemsize, offsets, sizes)
         return out
     width = len(offsets)
     if rows and len(rows[0]) != width:

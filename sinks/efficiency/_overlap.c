@@ -12,8 +12,7 @@
  *
  * The numpy reference in overlap.py gives the same integers; the tests compare them.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "native.h"
 #include <stdint.h>
 
 static void sweep(const int64_t *lo, const int64_t *hi, Py_ssize_t n, const int64_t *st,
@@ -78,15 +77,5 @@ static PyObject *overlaps(PyObject *self, PyObject *args) {
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"overlaps", overlaps, METH_VARARGS,
-     "overlaps(lo, hi, starts, ends, count, total, clip): add each occurrence's covered time."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_overlap", "Interval overlaps per phase occurrence.", -1, methods,
-    NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__overlap(void) { return PyModule_Create(&module); }
+PRVSTREAM_ONE_FUNCTION_MODULE(_overlap, "Interval overlaps per phase occurrence.", overlaps,
+                              "overlaps(lo, hi, starts, ends, count, total, clip) -> None")

@@ -10,34 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["built", "compiled", "covered_by", "hits", "prefer_python"]
+__all__ = ["OVERLAPS", "covered_by", "hits"]
 
 log = get_logger(__name__)
 
-try:  # the compiled loops (optional: built when a C compiler was there)
-    from prvstream.sinks.efficiency._overlap import overlaps as _c_overlaps
-except ImportError:  # pragma: no cover - depends on the build
-    _c_overlaps = None
-
-#: use numpy even where the C loops were built (``Settings.pure_python``)
-_prefer_python = False
-
-
-def built() -> bool:
-    """True when the C loops were built and load."""
-    return _c_overlaps is not None
-
-
-def prefer_python(flag: bool) -> None:
-    """Use numpy even where C is available (comparisons); set from the settings."""
-    global _prefer_python
-    _prefer_python = flag
-
-
-def compiled() -> bool:
-    """True when the C loops are in use."""
-    return _c_overlaps is not None and not _prefer_python
+#: the compiled loops (optional: built when a C compiler was there)
+OVERLAPS = OptionalExtension("prvstream.sinks.efficiency._overlap", "overlaps",
+                             "phase overlaps")
 
 
 def _i64(a: np.ndarray) -> np.ndarray:
@@ -48,9 +29,10 @@ def covered_by(lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, ends: np.ndar
                pure: bool = False) -> np.ndarray:
     """Per occurrence [starts[j], ends[j]): the sum over intervals [lo, hi) of the time they
     share with it (a negative share counts as 0)."""
-    if _c_overlaps is not None and not pure and not _prefer_python:
+    c_overlaps = OVERLAPS.use(pure)
+    if c_overlaps is not None:
         count, total = np.zeros(len(starts), np.int64), np.zeros(len(starts), np.int64)
-        _c_overlaps(_i64(lo), _i64(hi), _i64(starts), _i64(ends), count, total, True)
+        c_overlaps(_i64(lo), _i64(hi), _i64(starts), _i64(ends), count, total, True)
         return total
     out: np.ndarray = np.clip(np.minimum(hi[:, None], ends[None, :])
                               - np.maximum(lo[:, None], starts[None, :]), 0, None).sum(axis=0)
@@ -61,9 +43,10 @@ def hits(lo: np.ndarray, hi: np.ndarray, starts: np.ndarray, ends: np.ndarray, *
          pure: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per occurrence: how many intervals [lo, hi) it meets (start < hi and end > lo), and
     the sum over those of min(hi, end) - max(lo, start)."""
-    if _c_overlaps is not None and not pure and not _prefer_python:
+    c_overlaps = OVERLAPS.use(pure)
+    if c_overlaps is not None:
         count, total = np.zeros(len(starts), np.int64), np.zeros(len(starts), np.int64)
-        _c_overlaps(_i64(lo), _i64(hi), _i64(starts), _i64(ends), count, total, False)
+        c_overlaps(_i64(lo), _i64(hi), _i64(starts), _i64(ends), count, total, False)
         return count, total
     hit = (starts[None, :] < hi[:, None]) & (ends[None, :] > lo[:, None])
     inside = np.where(hit, np.minimum(hi[:, None], ends[None, :])

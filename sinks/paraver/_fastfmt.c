@@ -13,8 +13,7 @@
  *
  * The pure-Python fallback in fastfmt.py produces the same bytes; the tests compare them.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "native.h"
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>

@@ -15,9 +15,9 @@ import re
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["WIDTH", "built", "compiled", "format_records", "prefer_python", "template",
-           "write_records"]
+__all__ = ["FORMATTER", "WIDTH", "WRITER", "format_records", "template", "write_records"]
 
 log = get_logger(__name__)
 
@@ -28,30 +28,11 @@ _TEMPLATES: list[tuple[bytes, ...]] = []
 _FORMATS: list[str] = []
 _INDEX: dict[str, int] = {}
 
-try:  # the compiled formatter (optional: built when a C compiler was there)
-    from prvstream.sinks.paraver._fastfmt import format_records as _c_format
-    from prvstream.sinks.paraver._fastfmt import write_records as _c_write
-except ImportError:  # pragma: no cover - depends on the build
-    _c_format = _c_write = None
-
-#: use the Python formatter even where the C one was built (``Settings.pure_python``)
-_prefer_python = False
-
-
-def built() -> bool:
-    """True when the C formatter was built and loads."""
-    return _c_format is not None
-
-
-def prefer_python(flag: bool) -> None:
-    """Format in Python even where C is available (comparisons); set from the settings."""
-    global _prefer_python
-    _prefer_python = flag
-
-
-def compiled() -> bool:
-    """True when the C formatter is in use."""
-    return _c_format is not None and not _prefer_python
+#: the compiled formatter (optional: built when a C compiler was there)
+FORMATTER = OptionalExtension("prvstream.sinks.paraver._fastfmt", "format_records",
+                              "record formatter")
+#: the same text written straight to a file descriptor (built with the formatter)
+WRITER = OptionalExtension("prvstream.sinks.paraver._fastfmt", "write_records", "record writer")
 
 
 def template(fmt: str) -> int:
@@ -78,8 +59,9 @@ def format_records(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) 
         return b""
     fields = np.ascontiguousarray(fields, dtype=np.int64)
     tmpl = np.ascontiguousarray(tmpl, dtype=np.int16)
-    if _c_format is not None and not pure and not _prefer_python:
-        return bytes(_c_format(_TEMPLATES, fields, fields.shape[1], tmpl))
+    c_format = FORMATTER.use(pure)
+    if c_format is not None:
+        return bytes(c_format(_TEMPLATES, fields, fields.shape[1], tmpl))
     return _format_python(fields, tmpl)
 
 
@@ -96,8 +78,9 @@ def write_records(fd: int, fields: np.ndarray, tmpl: np.ndarray, *, pure: bool =
         return 0
     fields = np.ascontiguousarray(fields, dtype=np.int64)
     tmpl = np.ascontiguousarray(tmpl, dtype=np.int16)
-    if _c_write is not None and not pure and not _prefer_python:
-        return int(_c_write(fd, _TEMPLATES, fields, fields.shape[1], tmpl))
+    c_write = WRITER.use(pure)
+    if c_write is not None:
+        return int(c_write(fd, _TEMPLATES, fields, fields.shape[1], tmpl))
     written = 0
     for lo in range(0, len(tmpl), TEXT_RECORDS):
         text = memoryview(_format_python(fields[lo:lo + TEXT_RECORDS],

@@ -99,7 +99,7 @@ class PrvWriter:
         self._failed: BaseException | None = None
         #: the file descriptor the thread writes to (None: through ``fh``)
         self._fd: int | None = None
-        if behind and fastfmt.compiled():
+        if behind and fastfmt.WRITER.compiled():
             self._fd = _descriptor(fh)
             self._queue = queue.Queue(maxsize=BEHIND_BATCHES)
             _short_switches(True)

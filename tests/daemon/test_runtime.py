@@ -13,14 +13,15 @@ from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.nsys import reader, rowfill
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+from prvstream.sinks import native
+from prvstream.sinks.efficiency import overlap
 from prvstream.sinks.paraver import fastfmt
 
 
 @pytest.fixture(autouse=True)
 def restore_switches() -> Iterator[None]:
     yield
-    fastfmt.prefer_python(False)
-    rowfill.prefer_python(False)
+    native.prefer_python(False)
 
 
 @pytest.mark.parametrize(("raw", "on"), [("0", False), ("no", False), ("off", False),
@@ -34,11 +35,13 @@ def test_switches_keep_their_environment_names(raw: str, on: bool) -> None:
     assert (default.reader, default.pure_python, default.presort) == (True, False, True)
 
 
-def test_pure_python_switches_the_formatter_filler_and_reader_off() -> None:
+def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
-    assert not fastfmt.compiled() and not rowfill.compiled() and not reader.enabled()
+    assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
+                                        fastfmt.FORMATTER, fastfmt.WRITER}
+    assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
-    assert fastfmt.compiled() == fastfmt.built() and rowfill.compiled() == rowfill.built()
+    assert all(ext.compiled() == ext.built() for ext in runtime.extensions())
 
 
 def test_pure_python_writes_the_same_bytes(tmp_path: Path,
@@ -47,13 +50,13 @@ def test_pure_python_writes_the_same_bytes(tmp_path: Path,
     assert cli("convert", str(job[0].parent), "-o", str(tmp_path / "c"), "--no-progress") == 0
     monkeypatch.setenv("PRVSTREAM_PURE_PYTHON", "1")
     assert cli("convert", str(job[0].parent), "-o", str(tmp_path / "py"), "--no-progress") == 0
-    assert not fastfmt.compiled()
+    assert not fastfmt.FORMATTER.compiled()
     for suffix in (".prv", ".pcf", ".row"):
         assert (tmp_path / f"c{suffix}").read_bytes() == (tmp_path / f"py{suffix}").read_bytes()
 
 
 def test_a_missing_extension_is_logged_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fastfmt, "_c_format", None)
+    monkeypatch.setattr(fastfmt.FORMATTER, "function", None)
     monkeypatch.setattr(runtime, "_reported", False)
     settings = load_settings(None, {}, environ={})
     with capture_logs() as logs:

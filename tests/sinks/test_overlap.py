@@ -18,7 +18,7 @@ def _arrays(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     return a, a + np.array([p[1] for p in pairs], np.int64)
 
 
-@pytest.mark.skipif(not overlap.built(), reason="the _overlap C extension was not built "
+@pytest.mark.skipif(not overlap.OVERLAPS.built(), reason="the _overlap C extension was not built "
                     "(no C compiler at install time): only the numpy reference is in use")
 @settings(max_examples=300, deadline=None)
 @given(pieces=spans, occurrences=spans)
@@ -45,7 +45,7 @@ def test_reference_by_hand() -> None:
 
 
 def test_a_buffer_of_the_wrong_size_is_refused() -> None:
-    if not overlap.built():
+    if not overlap.OVERLAPS.built():
         pytest.skip("the _overlap C extension was not built")
     from prvstream.sinks.efficiency._overlap import overlaps
     one = np.zeros(1, np.int64)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from prvstream.daemon.nsys import rowfill
 from prvstream.daemon.nsys.tables import DTYPES
 
-needs_c = pytest.mark.skipif(not rowfill.compiled(),
+needs_c = pytest.mark.skipif(not rowfill.ROW_FILLER.compiled(),
                              reason="the C row filler was not built (no compiler at install)")
 
 _I8 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

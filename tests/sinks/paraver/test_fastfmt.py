@@ -56,7 +56,7 @@ def test_a_failed_write_raises_oserror(tmp_path: Path) -> None:
     fields = np.zeros((3, WIDTH), dtype=np.int64)
     tmpl = np.full(3, template(_FORMATS[0]), dtype=np.int16)
     try:
-        for pure in (False, True) if fastfmt.compiled() else (True,):
+        for pure in (False, True) if fastfmt.FORMATTER.compiled() else (True,):
             with pytest.raises(OSError):
                 write_records(fd, fields, tmpl, pure=pure)
     finally:

@@ -90,7 +90,7 @@ def test_sinks_never_import_the_daemon() -> None:
     assert offenders == []
 
 
-needs_c = pytest.mark.skipif(not fastfmt.compiled(),
+needs_c = pytest.mark.skipif(not fastfmt.WRITER.compiled(),
                              reason="the C formatter was not built: no writing thread")
 
 
@@ -108,7 +108,7 @@ def test_a_writer_behind_writes_the_same_bytes(tmp_path: Path, behind: bool) -> 
     with prv.open("wb") as fh:
         fh.write(placeholder(16))
         writer = PrvWriter(fh, behind=behind)
-        assert bool(_writer_threads()) == (behind and fastfmt.compiled())
+        assert bool(_writer_threads()) == (behind and fastfmt.WRITER.compiled())
         for b in batches:
             writer.write(b)
         writer.flush()

@@ -133,20 +133,39 @@ static int check_records(const template_t *tp, Py_ssize_t ntemplates, const int1
     return 0;
 }
 
-/* a batch's templates, its sizes and every record's template checked; NULL with an error set */
-static template_t *batch_templates(PyObject *templates, Py_ssize_t ntemplates,
-                                   const Py_buffer *fields, Py_ssize_t width,
-                                   const Py_buffer *tmpl, Py_ssize_t n) {
-    if (width <= 0 || fields->len != n * width * (Py_ssize_t)sizeof(int64_t)) {
+/* one call's batch: its arguments (set by the caller's PyArg_ParseTuple) and what follows */
+typedef struct {
+    PyObject *templates;    /* list of tuples of bytes */
+    Py_buffer fields, tmpl;
+    Py_ssize_t width;
+    Py_ssize_t ntemplates, n;
+    template_t *tp;
+    const int16_t *ids;
+    const int64_t *vals;
+} batch_t;
+
+/* a parsed batch's templates loaded, its sizes and every record's template checked;
+   -1 with an error set (close_batch is due either way) */
+static int open_batch(batch_t *b) {
+    b->ntemplates = PyList_GET_SIZE(b->templates);
+    b->n = b->tmpl.len / (Py_ssize_t)sizeof(int16_t);
+    b->tp = NULL;
+    b->ids = (const int16_t *)b->tmpl.buf;
+    b->vals = (const int64_t *)b->fields.buf;
+    if (b->width <= 0 || b->fields.len != b->n * b->width * (Py_ssize_t)sizeof(int64_t)) {
         PyErr_SetString(PyExc_ValueError, "fields must hold len(tmpl) * width int64 values");
-        return NULL;
+        return -1;
     }
-    template_t *tp = load_templates(templates, ntemplates);
-    if (tp && check_records(tp, ntemplates, (const int16_t *)tmpl->buf, n, width) < 0) {
-        free_templates(tp, ntemplates);
-        return NULL;
-    }
-    return tp;
+    b->tp = load_templates(b->templates, b->ntemplates);
+    if (!b->tp) return -1;
+    return check_records(b->tp, b->ntemplates, b->ids, b->n, b->width);
+}
+
+/* what a parsed batch holds, released */
+static void close_batch(batch_t *b) {
+    free_templates(b->tp, b->ntemplates);
+    PyBuffer_Release(&b->fields);
+    PyBuffer_Release(&b->tmpl);
 }
 
 /* one record's line at out; returns its end */
@@ -175,23 +194,19 @@ static int write_all(int fd, const char *buf, size_t len) {
 
 static PyObject *write_records(PyObject *self, PyObject *args) {
     int fd;
-    PyObject *templates;
-    Py_buffer fields, tmpl;
-    Py_ssize_t width;
+    batch_t b;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iO!y*ny*", &fd, &PyList_Type, &templates, &fields, &width,
-                          &tmpl)) {
+    if (!PyArg_ParseTuple(args, "iO!y*ny*", &fd, &PyList_Type, &b.templates, &b.fields,
+                          &b.width, &b.tmpl)) {
         return NULL;
     }
     PyObject *result = NULL;
-    template_t *tp = NULL;
     char *buf = NULL;
-    Py_ssize_t ntemplates = PyList_GET_SIZE(templates);
-    Py_ssize_t n = tmpl.len / (Py_ssize_t)sizeof(int16_t);
-    tp = batch_templates(templates, ntemplates, &fields, width, &tmpl, n);
-    if (!tp) goto done;
-    const int16_t *ids = (const int16_t *)tmpl.buf;
-    const int64_t *vals = (const int64_t *)fields.buf;
+    if (open_batch(&b) < 0) goto done;
+    const template_t *tp = b.tp;
+    const int16_t *ids = b.ids;
+    const int64_t *vals = b.vals;
+    Py_ssize_t ntemplates = b.ntemplates, n = b.n, width = b.width;
     /* the most one record takes: its literals and INT_CHARS a field */
     Py_ssize_t most = 0;
     for (Py_ssize_t t = 0; t < ntemplates; t++) {
@@ -230,34 +245,29 @@ static PyObject *write_records(PyObject *self, PyObject *args) {
     result = PyLong_FromSsize_t(written);
 done:
     PyMem_RawFree(buf);
-    free_templates(tp, ntemplates);
-    PyBuffer_Release(&fields);
-    PyBuffer_Release(&tmpl);
+    close_batch(&b);
     return result;
 }
 
 static PyObject *format_records(PyObject *self, PyObject *args) {
-    PyObject *templates;
-    Py_buffer fields, tmpl;
-    Py_ssize_t width;
+    batch_t b;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!y*ny*", &PyList_Type, &templates, &fields, &width, &tmpl)) {
+    if (!PyArg_ParseTuple(args, "O!y*ny*", &PyList_Type, &b.templates, &b.fields, &b.width,
+                          &b.tmpl)) {
         return NULL;
     }
     PyObject *result = NULL;
-    template_t *tp = NULL;
-    Py_ssize_t ntemplates = PyList_GET_SIZE(templates);
-    Py_ssize_t n = tmpl.len / (Py_ssize_t)sizeof(int16_t);
-    tp = batch_templates(templates, ntemplates, &fields, width, &tmpl, n);
-    if (!tp) goto done;
-    const int16_t *ids = (const int16_t *)tmpl.buf;
-    const int64_t *vals = (const int64_t *)fields.buf;
+    if (open_batch(&b) < 0) goto done;
+    const template_t *tp = b.tp;
+    const int16_t *ids = b.ids;
+    const int64_t *vals = b.vals;
+    Py_ssize_t n = b.n, width = b.width;
     Py_ssize_t size = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
         int16_t t = ids[r];
         /* the exact size (not a bound per field: a batch's text is allocated once, at its
            size, which keeps the writer's peak memory to the text itself) */
-        const int64_t *row = (const int64_t *)fields.buf + r * width;
+        const int64_t *row = vals + r * width;
         size += tp[t].total;
         for (Py_ssize_t j = 0; j + 1 < tp[t].nlit; j++) size += int_len(row[j]);
     }
@@ -273,9 +283,7 @@ static PyObject *format_records(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "formatted length differs from its size");
     }
 done:
-    free_templates(tp, ntemplates);
-    PyBuffer_Release(&fields);
-    PyBuffer_Release(&tmpl);
+    close_batch(&b);
     return result;
 }
 

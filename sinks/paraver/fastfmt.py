@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["FORMATTER", "WIDTH", "WRITER", "format_records", "template", "write_records"]
+__all__ = ["FORMATTER", "WIDTH", "WRITER", "format_records", "template", "text_slices",
+           "write_records"]
 
 log = get_logger(__name__)
 
@@ -70,6 +72,14 @@ def format_records(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) 
 TEXT_RECORDS = 2048
 
 
+def text_slices(fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False,
+                ) -> Iterator[bytes]:
+    """The text of records (as ``format_records``), ``TEXT_RECORDS`` records at a time."""
+    for lo in range(0, len(tmpl), TEXT_RECORDS):
+        yield format_records(fields[lo:lo + TEXT_RECORDS], tmpl[lo:lo + TEXT_RECORDS],
+                             pure=pure)
+
+
 def write_records(fd: int, fields: np.ndarray, tmpl: np.ndarray, *, pure: bool = False) -> int:
     """Write the text of records (as ``format_records``) to the file descriptor ``fd`` at its
     offset; return the bytes written. C formats into a fixed buffer and writes it without the
@@ -82,9 +92,8 @@ def write_records(fd: int, fields: np.ndarray, tmpl: np.ndarray, *, pure: bool =
     if c_write is not None:
         return int(c_write(fd, _TEMPLATES, fields, fields.shape[1], tmpl))
     written = 0
-    for lo in range(0, len(tmpl), TEXT_RECORDS):
-        text = memoryview(_format_python(fields[lo:lo + TEXT_RECORDS],
-                                         tmpl[lo:lo + TEXT_RECORDS]))
+    for piece in text_slices(fields, tmpl, pure=True):
+        text = memoryview(piece)
         while text:
             put = os.write(fd, text)
             text, written = text[put:], written + put

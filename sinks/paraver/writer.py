@@ -21,7 +21,7 @@ from typing import IO, Final
 from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import fastfmt
-from prvstream.sinks.paraver.fastfmt import TEXT_RECORDS, format_records, write_records
+from prvstream.sinks.paraver.fastfmt import text_slices, write_records
 from prvstream.sinks.paraver.format import (
     EventTypeSpec,
     TraceLayout,
@@ -75,9 +75,8 @@ _SWITCH_S = 0.0005
 def _write_text(fh: IO[bytes], batch: RecordBatch) -> None:
     """Write the batch's lines, formatted ``TEXT_RECORDS`` at a time (the same bytes): a merged
     batch's whole text (up to 16k records) was 2.5 MiB at once."""
-    for lo in range(0, len(batch), TEXT_RECORDS):
-        fh.write(format_records(batch.fields[lo:lo + TEXT_RECORDS],
-                                batch.tmpl[lo:lo + TEXT_RECORDS]))
+    for text in text_slices(batch.fields, batch.tmpl):
+        fh.write(text)
 
 
 class PrvWriter:

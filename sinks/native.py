@@ -2,7 +2,9 @@
 caller to its Python fallback (``Settings.pure_python``, for comparisons).
 
 Each extension gives one function; a module that has one declares it with
-``OptionalExtension`` and asks ``ext.use(pure)`` for the function before each call.
+``OptionalExtension`` and asks ``ext.use(pure)`` for the function before each call. A built
+module that lacks its function was built from older sources: the caller gets the fallback and
+``error`` says to rebuild (a start-up crash would take the whole service down for it).
 """
 
 from __future__ import annotations
@@ -36,9 +38,16 @@ class OptionalExtension:
             if little_endian and sys.byteorder != "little":
                 raise ImportError("its packed layouts assume a little-endian machine")
             loaded = importlib.import_module(module)
-            self.function, self.file = getattr(loaded, function), loaded.__file__
         except ImportError as exc:  # pragma: no cover - depends on the build
             self.error = str(exc)
+        else:
+            self.function = getattr(loaded, function, None)
+            if self.function is None:
+                self.error = (f"{loaded.__file__} has no {function}(): it was built from older "
+                              f"sources; rebuild it (pip install -e . in a checkout, or "
+                              f"reinstall prvstream)")
+            else:
+                self.file = loaded.__file__
         _REGISTERED.append(self)
 
     def built(self) -> bool:

@@ -67,7 +67,10 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self.flush_rows = max(int(flush_rows), 1)
         self._devices: list[Device] = []
         self._device_ids: dict[tuple[str, int], int] = {}
-        self._device_rank: list[int] = []  # gid -> position in (host, device) order
+        #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
+        #: in before others (stale), so registering is never a pass over every device
+        self._device_rank: list[int] = []
+        self._device_rank_stale = False
         self._device_order: list[tuple[str, int]] = []  # the (host, device) keys, sorted
         self._process_devices: dict[tuple[str, int], list[int]] = {}
         self._window_slots: dict[int, int] = {}
@@ -157,16 +160,24 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._device_ids[(dev.host, dev.device)] = gid
         self._devices.append(dev)
         self._process_devices.setdefault(dev.process, []).append(gid)
-        # its place among the keys so far: the devices after it move one down (none when
-        # devices come in key order, as a job's reports mostly do); re-sorting every device
-        # at each new one made registering a job's devices quadratic in its reports
+        # its place among the keys so far; when devices after it must move one down (reports
+        # out of key order), the ranks are rebuilt once at the next record instead: moving
+        # them at each new device (or sorting all again) is quadratic in a job's reports
         key = (dev.host, dev.device)
         pos = bisect.bisect_left(self._device_order, key)
         self._device_order.insert(pos, key)
         if pos < len(self._device_rank):
-            self._device_rank = [r + 1 if r >= pos else r for r in self._device_rank]
+            self._device_rank_stale = True
         self._device_rank.append(pos)
         return gid
+
+    def _ranked(self) -> list[int]:
+        """gid -> position of the device in (host, device) order."""
+        if self._device_rank_stale:
+            position = {key: i for i, key in enumerate(self._device_order)}
+            self._device_rank = [position[(d.host, d.device)] for d in self._devices]
+            self._device_rank_stale = False
+        return self._device_rank
 
     def add_table_detail(self, rows: TableDetail) -> None:
         """Take rows of a top-N table (after every phase that starts at or before them): they

@@ -45,7 +45,7 @@ class RecordViews:
     window_ns: int
     gap_threshold_ns: int
     _devices: list[Device]
-    _device_rank: list[int]
+    _ranked: Callable[[], list[int]]
     _process_devices: dict[tuple[str, int], list[int]]
     _window_slots: dict[int, int]
     _names: list[Name]
@@ -78,7 +78,7 @@ class RecordViews:
             span = max(end - start, 0)
         spans: list[tuple[int, int]] = []
         rows: list[DeviceRow] = []
-        rank_of = self._device_rank
+        rank_of = self._ranked()
         for gid in sorted(set(gids), key=rank_of.__getitem__):
             dev = self._devices[gid]
             found = row_of(dev)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.native import OptionalExtension
 from prvstream.sinks.paraver.records import (
     KEY_OBJECT,
     KEY_ORDER,
@@ -35,6 +36,7 @@ from prvstream.sinks.paraver.records import (
 )
 
 __all__ = [
+    "GATHERER",
     "KEY_OBJECT",
     "KEY_ORDER",
     "KEY_TIME",
@@ -42,6 +44,7 @@ __all__ = [
     "PRIO_BEGIN",
     "PRIO_END",
     "PRIO_END_AFTER_BEGIN",
+    "SORTER",
     "RecordBatch",
     "Stream",
     "key_objects",
@@ -64,9 +67,20 @@ _DONE = int(np.iinfo(np.int64).max)
 _FIRST = int(np.iinfo(np.int64).min)
 
 
-def _sort_order(keys: np.ndarray) -> np.ndarray:
-    """Order of ``keys`` by the full key: by time (stable, cheap on presorted runs), then the
+#: the full-key sort and the k-way gather in C (optional; the numpy code below gives the same
+#: arrays, and is what runs without them)
+SORTER = OptionalExtension("prvstream.daemon.stream._merge", "sort_order", "merge sort")
+GATHERER = OptionalExtension("prvstream.daemon.stream._merge", "gather", "merge gather")
+
+
+def _sort_order(keys: np.ndarray, *, pure: bool = False) -> np.ndarray:
+    """Order of ``keys`` by the full key, stable: by time (cheap on presorted runs), then the
     records that share a time with another are put in full-key order among themselves."""
+    compiled = SORTER.use(pure)
+    if compiled is not None:  # one natural merge sort by the full key, without the GIL
+        order = np.empty(len(keys), dtype=np.int64)
+        compiled(np.ascontiguousarray(keys, dtype=np.int64), order)
+        return order
     time = keys[:, KEY_TIME]
     order = np.argsort(time, kind="stable")
     ordered = time[order]
@@ -184,8 +198,23 @@ def merge_whole(streams: list[Stream]) -> Iterator[tuple[RecordBatch, int]]:
         yield from _pieces(merged, int(_DONE), MAX_BATCH)
 
 
-def _gather(parts: list[tuple[RecordBatch, np.ndarray]]) -> RecordBatch:
-    """The records ``part[index]`` of every part, in full-key order (each index is sorted)."""
+def _gather(parts: list[tuple[RecordBatch, np.ndarray]], *, pure: bool = False
+            ) -> RecordBatch:
+    """The records ``part[index]`` of every part, in full-key order (each index is sorted;
+    equal keys: the earlier part's record first)."""
+    compiled = GATHERER.use(pure)
+    if compiled is not None:  # one k-way merge straight into the output, without the GIL
+        total = sum(len(index) for _, index in parts)
+        width = max(part.fields.shape[1] for part, _ in parts)
+        keys = np.empty((total, 3), dtype=np.int64)
+        fields = np.empty((total, width), dtype=np.int64)
+        tmpl = np.empty(total, dtype=np.int16)
+        compiled([(np.ascontiguousarray(part.keys, dtype=np.int64),
+                   np.ascontiguousarray(part.fields, dtype=np.int64), part.fields.shape[1],
+                   np.ascontiguousarray(part.tmpl, dtype=np.int16),
+                   np.ascontiguousarray(index, dtype=np.int64)) for part, index in parts],
+                 keys, fields, width, tmpl)
+        return RecordBatch(keys, fields, tmpl)
     if len(parts) == 1:
         part, index = parts[0]
         return part.take(index)

@@ -12,6 +12,7 @@ from prvstream.daemon import runtime
 from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.nsys import reader, rowfill
+from prvstream.daemon.stream import merge
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks import native
 from prvstream.sinks.efficiency import overlap
@@ -38,7 +39,8 @@ def test_switches_keep_their_environment_names(raw: str, on: bool) -> None:
 def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
-                                        fastfmt.FORMATTER, fastfmt.WRITER}
+                                        fastfmt.FORMATTER, fastfmt.WRITER, merge.SORTER,
+                                        merge.GATHERER}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
     assert all(ext.compiled() == ext.built() for ext in runtime.extensions())

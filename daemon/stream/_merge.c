@@ -1,5 +1,6 @@
-/* The record merge's two sorts in C, by the full sort key (time, object, order: three int64
- * columns compared as signed integers, left to right), with the GIL released.
+/* The record merge's sorts in C, by the full sort key (time, object, order: three int64
+ * columns compared as signed integers, left to right), and the activity router's split of
+ * held rows at the merge horizon, with the GIL released.
  *
  * sort_order(keys, order) -> None
  *   keys:   C-contiguous (n, 3) int64 buffer
@@ -13,8 +14,15 @@
  *           indices' total: the taken rows of every part merged in full-key order (ties:
  *           the earlier part first), a part's fields zero-padded to ``width``
  *
- * merge.py's numpy versions (``_sort_order``, ``_gather``) give the same arrays; the tests
- * compare them.
+ * ready_rows(parts, itemsize, horizon, out) -> int
+ *   parts:  a sequence of buffers of packed rows of ``itemsize`` bytes, each row's first 8
+ *           bytes its start (a little-endian int64)
+ *   horizon: rows that start before it are ready (None: every row)
+ *   out:    writable buffer of every part's rows: the ready rows first, stably sorted by
+ *           start, then the others in their order; returns the number of ready rows
+ *
+ * merge.py's numpy versions (``_sort_order``, ``_gather``) and ready.py's give the same
+ * arrays; the tests compare them.
  */
 #include "native.h"
 #include <stdint.h>
@@ -27,15 +35,21 @@ static inline int key_less(const int64_t *a, const int64_t *b) {
     return a[2] < b[2];
 }
 
-/* Stable sort of the row indices 0..n-1 by key: ascending runs found, then merged pairwise
- * (left run first on ties) between ``order`` and ``tmp`` until one run is left. */
-static void merge_sort(const int64_t *keys, Py_ssize_t n, int64_t *order, int64_t *tmp,
-                       Py_ssize_t *bounds) {
+/* a < b comparing the first ``cols`` columns (1 or 3) */
+static inline int less_by(const int64_t *a, const int64_t *b, int cols) {
+    return cols == 1 ? a[0] < b[0] : key_less(a, b);
+}
+
+/* Stable sort of the row indices 0..n-1 by the rows of ``cols`` int64 columns (1: one value
+ * a row, 3: the full key): ascending runs found, then merged pairwise (left run first on
+ * ties) between ``order`` and ``tmp`` until one run is left. */
+static void merge_sort(const int64_t *keys, int cols, Py_ssize_t n, int64_t *order,
+                       int64_t *tmp, Py_ssize_t *bounds) {
     Py_ssize_t runs = 0;
     for (Py_ssize_t i = 0; i < n; i++) order[i] = i;
     bounds[runs++] = 0;
     for (Py_ssize_t i = 1; i < n; i++) {
-        if (key_less(keys + 3 * i, keys + 3 * (i - 1))) bounds[runs++] = i;
+        if (less_by(keys + cols * i, keys + cols * (i - 1), cols)) bounds[runs++] = i;
     }
     bounds[runs] = n;
     int64_t *src = order, *dst = tmp;
@@ -47,7 +61,7 @@ static void merge_sort(const int64_t *keys, Py_ssize_t n, int64_t *order, int64_
             Py_ssize_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
                 /* the right run's row goes first only when strictly less: stable */
-                if (key_less(keys + 3 * src[j], keys + 3 * src[i])) dst[k++] = src[j++];
+                if (less_by(keys + cols * src[j], keys + cols * src[i], cols)) dst[k++] = src[j++];
                 else dst[k++] = src[i++];
             }
             while (i < mid) dst[k++] = src[i++];
@@ -84,7 +98,7 @@ static PyObject *sort_order(PyObject *self, PyObject *args) {
     }
     if (n) {
         Py_BEGIN_ALLOW_THREADS
-        merge_sort(keys.buf, n, order.buf, tmp, bounds);
+        merge_sort(keys.buf, 3, n, order.buf, tmp, bounds);
         Py_END_ALLOW_THREADS
     }
     result = Py_NewRef(Py_None);
@@ -247,14 +261,118 @@ done:
     return result;
 }
 
+/* The ready rows (start < horizon, or all when ``all``) of the parts into ``out``, sorted
+ * stably by start, then the other rows in their order; returns the ready count, or -1 when
+ * memory ran out. */
+static Py_ssize_t split_rows(const Py_buffer *parts, Py_ssize_t count, Py_ssize_t itemsize,
+                             int all, int64_t horizon, char *out, Py_ssize_t total) {
+    const size_t n = (size_t)(total ? total : 1);
+    int64_t *starts = malloc(n * sizeof(int64_t)), *order = malloc(n * sizeof(int64_t));
+    int64_t *tmp = malloc(n * sizeof(int64_t));
+    const char **from = malloc(n * sizeof(char *));
+    Py_ssize_t *bounds = malloc((n + 2) * sizeof(Py_ssize_t));
+    Py_ssize_t ready = -1;
+    if (starts && order && tmp && from && bounds) {
+        Py_ssize_t later;
+        ready = 0;
+        for (Py_ssize_t p = 0; p < count; p++) { /* the ready rows: starts, where */
+            const char *row = parts[p].buf, *end = row + parts[p].len;
+            for (; row < end; row += itemsize) {
+                int64_t start;
+                memcpy(&start, row, sizeof start);
+                if (all || start < horizon) {
+                    starts[ready] = start;
+                    from[ready++] = row;
+                }
+            }
+        }
+        later = ready;
+        for (Py_ssize_t p = 0; p < count && later < total; p++) { /* the rest, in order */
+            const char *row = parts[p].buf, *end = row + parts[p].len;
+            for (; row < end; row += itemsize) {
+                int64_t start;
+                memcpy(&start, row, sizeof start);
+                if (!(all || start < horizon)) memcpy(out + later++ * itemsize, row,
+                                                      (size_t)itemsize);
+            }
+        }
+        merge_sort(starts, 1, ready, order, tmp, bounds);
+        for (Py_ssize_t r = 0; r < ready; r++) {
+            memcpy(out + r * itemsize, from[order[r]], (size_t)itemsize);
+        }
+    }
+    free(starts);
+    free(order);
+    free(tmp);
+    free(from);
+    free(bounds);
+    return ready;
+}
+
+static PyObject *ready_rows(PyObject *self, PyObject *args) {
+    PyObject *seq, *limit;
+    Py_ssize_t itemsize;
+    Py_buffer out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OnOw*", &seq, &itemsize, &limit, &out)) return NULL;
+    PyObject *result = NULL, *fast = PySequence_Fast(seq, "parts must be a sequence");
+    Py_buffer *parts = NULL;
+    Py_ssize_t count = 0, filled = 0, total = 0;
+    long long horizon = 0;
+    int all = limit == Py_None;
+    if (!fast) goto done;
+    if (!all) {
+        horizon = PyLong_AsLongLong(limit);
+        if (horizon == -1 && PyErr_Occurred()) goto done;
+    }
+    if (itemsize < (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "rows must be at least 8 bytes (their start)");
+        goto done;
+    }
+    count = PySequence_Fast_GET_SIZE(fast);
+    parts = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Py_buffer));
+    if (!parts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; filled < count; filled++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, filled), &parts[filled],
+                               PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        if (parts[filled].len % itemsize) {
+            filled++;
+            PyErr_SetString(PyExc_ValueError, "a part is not a whole number of rows");
+            goto done;
+        }
+        total += parts[filled].len / itemsize;
+    }
+    if (out.len != total * itemsize) {
+        PyErr_SetString(PyExc_ValueError, "out must hold every part's rows");
+        goto done;
+    }
+    Py_ssize_t ready;
+    Py_BEGIN_ALLOW_THREADS
+    ready = split_rows(parts, count, itemsize, all, (int64_t)horizon, out.buf, total);
+    Py_END_ALLOW_THREADS
+    result = ready < 0 ? PyErr_NoMemory() : PyLong_FromSsize_t(ready);
+done:
+    for (Py_ssize_t i = 0; i < filled; i++) PyBuffer_Release(&parts[i]);
+    PyMem_Free(parts);
+    Py_XDECREF(fast);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sort_order", sort_order, METH_VARARGS, "sort_order(keys, order) -> None"},
     {"gather", gather, METH_VARARGS, "gather(parts, keys, fields, width, tmpl) -> None"},
+    {"ready_rows", ready_rows, METH_VARARGS, "ready_rows(parts, itemsize, horizon, out) -> int"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_merge", "The record merge's sorts by full key.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_merge", "The record merge's sorts by full key, the router's split.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

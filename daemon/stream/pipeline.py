@@ -37,6 +37,7 @@ from prvstream.daemon.stream.claims import Claim, relative_spans
 from prvstream.daemon.stream.merge import Stream, merge, merge_whole
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.ranks import RankedTask, rank_from_name
+from prvstream.daemon.stream.ready import split_ready
 from prvstream.sinks.base import (
     ACTIVITY_DTYPE,
     HOST_DTYPE,
@@ -373,33 +374,14 @@ class ActivityRouter:
         if phases is not None and len(phases):
             self._phases.append(phases)
 
-    @staticmethod
-    def _split(parts: list[np.ndarray], dtype: np.dtype, horizon: int | None
-               ) -> tuple[np.ndarray, list[np.ndarray]]:
-        if not parts:
-            return np.empty(0, dtype=dtype), []
-        if horizon is not None and all(int(p["start"].min()) >= horizon for p in parts):
-            return np.empty(0, dtype=dtype), parts  # nothing ready: no copy
-        allp = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        if horizon is None:
-            ready, rest = allp, []
-        else:
-            mask = allp["start"] < horizon
-            ready, rest = allp[mask], ([allp[~mask]] if not mask.all() else [])
-        starts = ready["start"]
-        if len(starts) > 1 and not bool((starts[1:] < starts[:-1]).any()):
-            return ready, rest  # in order already (a stable sort would not move a row)
-        order = np.argsort(starts, kind="stable")
-        return ready[order], rest
-
     def release(self, horizon: int | None) -> None:
         """Feed everything that starts before ``horizon`` (everything when None)."""
         if self.sink is None:
             return
-        phases, self._phases = self._split(self._phases, PHASE_DTYPE, horizon)
-        activity, self._activity = self._split(self._activity, ACTIVITY_DTYPE, horizon)
+        phases, self._phases = split_ready(self._phases, PHASE_DTYPE, horizon)
+        activity, self._activity = split_ready(self._activity, ACTIVITY_DTYPE, horizon)
         feed_interleaved(self.sink, activity, phases)
-        host, self._host = self._split(self._host, HOST_DTYPE, horizon)
+        host, self._host = split_ready(self._host, HOST_DTYPE, horizon)
         if len(host):  # after every phase that starts before the horizon, as add_host asks
             self.sink.add_host(host)  # type: ignore[attr-defined]
         held, self._detail = self._detail, []

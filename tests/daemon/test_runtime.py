@@ -12,7 +12,7 @@ from prvstream.daemon import runtime
 from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.nsys import reader, rowfill
-from prvstream.daemon.stream import merge
+from prvstream.daemon.stream import merge, ready
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks import native
 from prvstream.sinks.efficiency import overlap
@@ -40,7 +40,7 @@ def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
                                         fastfmt.FORMATTER, fastfmt.WRITER, merge.SORTER,
-                                        merge.GATHERER}
+                                        merge.GATHERER, ready.SPLITTER}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
     assert all(ext.compiled() == ext.built() for ext in runtime.extensions())

@@ -245,6 +245,22 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
     def select_source(self, schema: Schema, src: KindSource) -> str:
         """The SELECT of the kind's columns from one of its tables, unordered (``select_sql``
         joins them and orders by start; ``nsys.tables`` scans one in storage order)."""
+        by_field = self.field_sql(schema, src)
+        exprs: list[str] = []
+        for group in self.groups:
+            if len(group) == 1:
+                exprs.append(f"{by_field[group[0]]} AS {group[0]}")
+            else:
+                packed = pack_i4_pair(by_field[group[0]], by_field[group[1]])
+                exprs.append(f"{packed} AS {'_'.join(group)}")
+        if self.extra_select is not None:
+            exprs.extend(self.extra_select(schema, src.table))
+        where = f" WHERE {src.where}" if src.where else ""
+        return f"SELECT {', '.join(exprs)} FROM {quote_identifier(src.table)}{where}"
+
+    def field_sql(self, schema: Schema, src: KindSource) -> dict[str, str]:
+        """Each dtype field's SQL expression in ``select_source`` (before adjacent int32
+        fields are packed): a field holds exactly what its expression gives."""
         t = src.table
         by_field: dict[str, str] = {}
         for col, fld in self.columns:
@@ -260,14 +276,4 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
             if self.dtype[fld] == np.dtype(I4) and expr != default:
                 expr = wrap_i4(expr)
             by_field[fld] = expr
-        exprs: list[str] = []
-        for group in self.groups:
-            if len(group) == 1:
-                exprs.append(f"{by_field[group[0]]} AS {group[0]}")
-            else:
-                packed = pack_i4_pair(by_field[group[0]], by_field[group[1]])
-                exprs.append(f"{packed} AS {'_'.join(group)}")
-        if self.extra_select is not None:
-            exprs.extend(self.extra_select(schema, t))
-        where = f" WHERE {src.where}" if src.where else ""
-        return f"SELECT {', '.join(exprs)} FROM {quote_identifier(t)}{where}"
+        return by_field

@@ -17,7 +17,7 @@ from prvstream.daemon.kinds.context import pid_of, process_of, tid_of
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import pack_i4_pair, quote_identifier, wrap_i4
 from prvstream.daemon.nsys.exportmeta import ExportMeta, ProcessRow
-from prvstream.daemon.nsys.plan import ExportPlan, plan_export
+from prvstream.daemon.nsys.plan import ExportPlan, HeldChunks, plan_export
 from prvstream.daemon.nsys.sqlite import METADATA_TABLES, connect_read_only, ro_uri
 from prvstream.daemon.nsys.timebound import BOUND_MARGIN_NS, ExportClock
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
@@ -43,6 +43,9 @@ __all__ = [
 log = get_logger(__name__)
 
 _NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *METADATA_TABLES)
+#: (schema key, the tables to aggregate) -> ``Export._all_plain_facts``'s statement
+_AGGREGATES: dict[tuple[int, tuple[tuple[str, str], ...]], str] = {}
+_AGGREGATES_KEPT = 64
 
 
 def open_export(path: str | Path) -> Export:
@@ -133,12 +136,16 @@ class Export(ExportClock):
         if len(todo) < 2:
             return
         lo, hi = self.time_bound()
-        parts = []
-        for src in todo:
-            end, where = self._end_where(src)
-            parts.append(f"({_aggregates(src, end, where)})")
+        key = (self.schema_key, tuple((s.table, s.where) for s in todo))
+        sql = _AGGREGATES.get(key)
+        if sql is None:  # from the schema alone: once per nsys version
+            sql = "SELECT * FROM " + ", ".join(
+                f"({_aggregates(src, *self._end_where(src))})" for src in todo)
+            if len(_AGGREGATES) >= _AGGREGATES_KEPT:
+                _AGGREGATES.clear()
+            _AGGREGATES[key] = sql
         try:
-            row = self._con.execute("SELECT * FROM " + ", ".join(parts)).fetchone()
+            row = self._con.execute(sql).fetchone()
         except sqlite3.DatabaseError:
             return  # each table on its own, failing as it would alone
         for i, src in enumerate(todo):
@@ -261,10 +268,11 @@ class Export(ExportClock):
         return (lo or 0, hi if hi is not None else (lo or 0))
 
     # -- plan -------------------------------------------------------------------------------
-    def plan(self) -> ExportPlan:
-        """Streams, threads, counts and first appearances, one aggregate scan per table."""
+    def plan(self, held: HeldChunks | None = None) -> ExportPlan:
+        """Streams, threads, counts and first appearances, one aggregate scan per table (or,
+        for the kinds in ``held``, from their rows read already)."""
         if self._plan is None:
-            self._plan = plan_export(self)
+            self._plan = plan_export(self, held)
         return self._plan
 
 

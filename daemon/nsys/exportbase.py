@@ -52,7 +52,10 @@ class ExportBase:
     """
 
     def __init__(self, con: sqlite3.Connection, path: Path) -> None:
-        self._con = con
+        self._open_con = con
+        #: reconnect when a statement needs the connection after ``close`` (``reopen_on_use``)
+        self._lazy = False
+        self._closed = False
         self.path = path
         #: the same number for exports whose tables are defined alike (what is built from
         #: the schema alone, such as a kind's SELECT, may be kept under it)
@@ -60,14 +63,13 @@ class ExportBase:
         self.tables: dict[str, list[str]] = self._probe_tables()
         #: small tables read once (processes, thread and domain names, ...)
         self._memo: dict[str, Any] = {}
-        self._closed = False
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the file; what was read stays (``reopen`` continues from it)."""
         if not self._closed:
             self._closed = True
-            self._con.close()
+            self._open_con.close()
 
     @property
     def closed(self) -> bool:
@@ -76,8 +78,19 @@ class ExportBase:
     def reopen(self) -> None:
         """A fresh connection after ``close`` (a no-op while open); nothing is read again."""
         if self._closed:
-            self._con = connect_read_only(self.path)
+            self._open_con = connect_read_only(self.path)
             self._closed = False
+
+    def reopen_on_use(self) -> None:
+        """From now on a statement run while closed reconnects first (a report whose rows
+        are held stays closed unless something it did not hold is asked for)."""
+        self._lazy = True
+
+    @property
+    def _con(self) -> sqlite3.Connection:
+        if self._closed and self._lazy:
+            self.reopen()
+        return self._open_con
 
     def __enter__(self) -> Self:
         return self

@@ -1,25 +1,28 @@
 """An export's plan: its GPU streams, CPU threads, processes, rows and distinct values per data
-kind, from COUNT and DISTINCT scans (each kind's ``plan`` in the registry says what to scan).
+kind, from COUNT and DISTINCT scans (each kind's ``plan`` in the registry says what to scan), or
+for a kind whose rows were read already (a small export's, ``heldrows``), from those rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+import numpy as np
 
 from prvstream.daemon.kinds.base import KindSource
-from prvstream.daemon.kinds.context import process_of
-from prvstream.daemon.kinds.registry import KINDS
+from prvstream.daemon.kinds.context import factorize, process_of
+from prvstream.daemon.kinds.registry import KINDS, get
 from prvstream.daemon.kinds.sql import quote_identifier as _q
 from prvstream.daemon.kinds.sql import wrap_i4
+from prvstream.sinks.arrays import distinct
 from prvstream.sinks.logger import get_logger
 
 if TYPE_CHECKING:
     from prvstream.daemon.nsys.export import Export
 
-__all__ = ["ExportPlan", "plan_export"]
+__all__ = ["ExportPlan", "HeldChunks", "plan_export"]
 
 log = get_logger(__name__)
 
@@ -50,9 +53,20 @@ class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
     sync_devices: list[tuple[int, int, int, int]] = msgspec.field(default_factory=list)
 
 
-def plan_export(export: Export) -> ExportPlan:
-    """Scan ``export`` once per kind table (``Export.plan`` caches the result)."""
-    return _Planner(export).run()
+#: (schema key, kind) -> the field each SQL expression of the kind's SELECT fills: built from
+#: the schema alone, so once per nsys version
+_FIELDS_BY_SQL: dict[tuple[int, str], dict[str, str]] = {}
+_FIELDS_KEPT = 512
+
+#: a kind's rows read before planning: its chunks, every row of its one table
+HeldChunks = Mapping[str, Sequence[np.ndarray]]
+
+
+def plan_export(export: Export, held: HeldChunks | None = None) -> ExportPlan:
+    """Scan ``export`` once per kind table (``Export.plan`` caches the result). A kind in
+    ``held`` takes its distinct values from those rows where its plan's SQL expressions are
+    the very ones its rows were read with (the same values, without a scan)."""
+    return _Planner(export, held or {}).run()
 
 
 class _Planner:
@@ -60,8 +74,9 @@ class _Planner:
     distinct values and never sorts a table (a GROUP BY would sort every row). Implements the
     ``kinds.base.PlanScan`` primitives each kind's ``plan`` calls."""
 
-    def __init__(self, export: Export) -> None:
+    def __init__(self, export: Export, held: HeldChunks) -> None:
         self.x = export
+        self.held = held
         self.streams: set[tuple[int, int, int]] = set()
         #: (globalPid, deviceId, streamId) of synchronization rows, placed after the others
         self.sync_keys: set[tuple[int, int, int]] = set()
@@ -100,6 +115,37 @@ class _Planner:
     def intern_texts(self, texts: Iterable[str]) -> dict[str, int]:
         return self.x.number_inline_texts(texts)
 
+    def _held_fields(self, kind: str, table: str, where: str, exprs: list[str]
+                     ) -> tuple[np.ndarray, list[str]] | None:
+        """The held rows and their fields whose read expressions are ``exprs``, when
+        ``kind``'s rows are held and come from ``table`` alone (with this condition); else
+        None (scan)."""
+        chunks = self.held.get(kind)
+        if chunks is None:
+            return None
+        sources = self.x.sources(kind)
+        if len(sources) != 1 or sources[0].table != table or sources[0].where != where:
+            return None
+        key = (self.x.schema_key, kind)
+        by_sql = _FIELDS_BY_SQL.get(key)
+        if by_sql is None:
+            by_sql = {}
+            for fld, expr in get(kind).field_sql(self.x, sources[0]).items():
+                by_sql.setdefault(expr, fld)
+            if len(_FIELDS_BY_SQL) >= _FIELDS_KEPT:
+                _FIELDS_BY_SQL.clear()
+            _FIELDS_BY_SQL[key] = by_sql
+        fields = [f for f in (by_sql.get(e) for e in exprs) if f is not None]
+        if len(fields) != len(exprs):
+            return None
+        if not chunks:
+            return np.zeros(0, get(kind).dtype), fields
+        return (chunks[0] if len(chunks) == 1 else np.concatenate(chunks)), fields
+
+    def _see_all(self, key: str, values: np.ndarray) -> None:
+        if len(values):
+            self.values.setdefault(key, set()).update(distinct(values).tolist())
+
     def _distinct(self, key: str, table: str, column: str, where: str = "") -> None:
         """Every value of ``column`` (one DISTINCT per column: much cheaper in SQLite than one
         over every key column together)."""
@@ -111,9 +157,20 @@ class _Planner:
         """GPU activity table: stream keys, rows, and distinct values (plan key, SQL)."""
         keys = [self.col(table, "globalPid"), wrap_i4(self.col(table, "deviceId")),
                 wrap_i4(self.col(table, "streamId"))]
+        found = self._held_fields(kind, table, "", [*keys, *(c for _, c in values)])
+        target = self.sync_keys if placed_later else self.streams
+        if found is not None:
+            rows, fields = found
+            if len(rows):
+                combos, _ = factorize(rows, tuple(fields[:3]))
+                target.update((g, d, s) for g, d, s in combos)
+            self.count(kind, self.x.count_rows(table))
+            for (key_name, _), fld in zip(values, fields[3:], strict=True):
+                self._see_all(key_name, rows[fld])
+            return
         for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
             key = (int(g), int(d), int(s))  # type: ignore[call-overload]
-            (self.sync_keys if placed_later else self.streams).add(key)
+            target.add(key)
         self.count(kind, self.x.count_rows(table))
         for key_name, column in values:
             self._distinct(key_name, table, column)
@@ -121,6 +178,13 @@ class _Planner:
     def cpu(self, kind: str, src: KindSource, value: str) -> None:
         """CPU call table: threads, rows and the distinct values of ``value`` (SQL)."""
         t = src.table
+        found = self._held_fields(kind, t, src.where, [self.col(t, "globalTid"), value])
+        if found is not None:
+            rows, (gtid, named) = found
+            self.threads.update(distinct(rows[gtid]).tolist())
+            self.count(kind, self.x.count_rows(t, src.where))
+            self._see_all(kind, rows[named])
+            return
         where = f" WHERE {src.where}" if src.where else ""
         for (g,) in self.x.rows(f"SELECT DISTINCT {self.col(t, 'globalTid')} FROM {_q(t)}"
                                 f"{where}"):
@@ -166,3 +230,4 @@ class _Planner:
             placed.append((g, s, d, device))
             self.streams.add((g, device, s))
         return placed
+

@@ -4,6 +4,7 @@ bound outside which rows are hostile (dropped and counted by ``kinds.bounds``).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import Final
 
@@ -219,10 +220,17 @@ def _sampled_rows_sql(src: KindSource, lo: object, hi: object) -> str:
     statement computes them itself as ``_sample_sql`` does)."""
     if not (type(lo) is int and type(hi) is int and 0 <= (hi - lo) * (_SAMPLES - 1) < 2**63):
         return f"SELECT * FROM ({_sample_sql(src)})"
-    ids = ",".join(str(r) for r in sorted({lo + (hi - lo) * k // (_SAMPLES - 1)
-                                           for k in range(_SAMPLES)}))
+    ids = _sampled_ids(lo, hi)
     where = f" AND ({src.where})" if src.where else ""
     return f"SELECT {_q(src.start)} FROM {_q(src.table)} WHERE rowid IN ({ids}){where}"
+
+
+@functools.lru_cache(maxsize=256)
+def _sampled_ids(lo: int, hi: int) -> str:
+    """The sampled rowids of a table whose rowids run from ``lo`` to ``hi``, as SQL (the
+    exports of one job mostly share their tables' rowid ranges: built once for them)."""
+    return ",".join(str(r) for r in sorted({lo + (hi - lo) * k // (_SAMPLES - 1)
+                                           for k in range(_SAMPLES)}))
 
 
 def _clock(value: int | None, name: str, export: ExportNames) -> int | None:

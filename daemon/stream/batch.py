@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
+from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     objects_of,
@@ -21,7 +22,12 @@ from prvstream.daemon.stream.pipeline import (
     value_labels_of,
 )
 from prvstream.daemon.stream.spool import InOrderReplay
-from prvstream.daemon.stream.trace import ConvertResult, write_trace
+from prvstream.daemon.stream.trace import (
+    ConvertResult,
+    report_chunk_rows,
+    whole_rows,
+    write_trace,
+)
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchema
@@ -148,12 +154,26 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     are dropped), built once whatever the number of reports.
     """
     paths, failed = expand_inputs(inputs)
+    # several reports: a small one is read once, while planned, and streams from the spill
+    spill = RowSpill() if len(paths) > 1 else None
+    try:
+        return _convert(paths, failed, out, settings, model, progress, summary_jsonl, spill)
+    finally:
+        if spill is not None:
+            spill.close()
+
+
+def _convert(paths: list[Path], failed: list[tuple[str, str]], out: Path, settings: Settings,
+             model: EfficiencyModel | None, progress: Callable[[int, int], None] | None,
+             summary_jsonl: Path | None, spill: RowSpill | None) -> ConvertResult:
     reports: list[PreparedReport] = []
     for path in paths:
         try:
             rep = prepare(path, settings.kinds or None,  # one report: its reads start now
                           prefetch_rows=settings.chunk_rows if len(paths) == 1 else None,
-                          use_reader=settings.reader, presort=settings.presort)
+                          use_reader=settings.reader, presort=settings.presort, hold=spill,
+                          hold_rows=whole_rows(settings),
+                          chunk_rows=report_chunk_rows(settings, len(paths)))
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
         else:

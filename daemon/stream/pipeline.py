@@ -30,8 +30,9 @@ from prvstream.daemon.kinds.context import (
     stream_name,
     tid_of,
 )
-from prvstream.daemon.nsys import tables
+from prvstream.daemon.nsys import heldrows, tables
 from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
+from prvstream.daemon.nsys.heldrows import HeldRows, HeldSource, RowSpill
 from prvstream.daemon.nsys.sources import ChunkSource, open_source
 from prvstream.daemon.stream.claims import Claim, relative_spans
 from prvstream.daemon.stream.merge import Stream, merge, merge_whole
@@ -98,6 +99,10 @@ class PreparedReport(msgspec.Struct):
     presort: bool = True
     #: the name the report arrived under when ``path`` is a kept copy ("" = ``path``'s)
     arrived_as: str = ""
+    #: a small export's rows, read while it was planned (``prepare(hold=...)``): it streams
+    #: from them and is never opened again
+    held: HeldRows | None = None
+    spill: RowSpill | None = None
 
     @property
     def name(self) -> str:
@@ -110,7 +115,12 @@ class PreparedReport(msgspec.Struct):
         return (self.wall_start, self.host, self.path.name)
 
     def open(self, chunk_rows: int) -> None:
-        """Reconnect if closed and choose the chunk source (unless one is started)."""
+        """Reconnect if closed and choose the chunk source (unless one is started); a report
+        whose rows are held streams them without a connection."""
+        if self.held is not None and self.spill is not None:
+            if self.source is None:
+                self.source = HeldSource(self.spill, self.held)
+            return
         self.export.reopen()
         if self.source is None:
             self.source = open_source(self.export, self.kinds, chunk_rows, self.plan.counts,
@@ -128,16 +138,23 @@ class PreparedReport(msgspec.Struct):
 
 def prepare(path: Path, wanted: list[str] | None = None,
             prefetch_rows: int | None = None, *, use_reader: bool = True,
-            presort: bool = True) -> PreparedReport:
+            presort: bool = True, hold: RowSpill | None = None,
+            hold_rows: int = 0, chunk_rows: int = 0) -> PreparedReport:
     """Open and plan one export; raise ``UnsupportedSchema`` when it holds nothing to convert.
 
     With ``prefetch_rows``, the report's chunk source opens before planning: its costliest
     queries start in the reader process (when it is free), which sorts while this one plans.
     ``use_reader`` False (``Settings.reader``) reads everything in this process; ``presort``
     False (``Settings.presort``) lets SQLite sort every table.
+
+    With ``hold``, an export of at most ``hold_rows`` rows is read once, now, in chunks of
+    ``chunk_rows`` (those its stream would read): the rows go to ``hold`` and the plan's
+    distinct values come from them where they can (``plan_export``), so the export takes one
+    connection and no planning scan of the tables read.
     """
     export = open_export(path)
     source: ChunkSource | None = None
+    held: HeldRows | None = None
     try:
         present = tables.available_kinds(export)
         kinds = registry.to_convert(present, wanted)
@@ -150,11 +167,15 @@ def prepare(path: Path, wanted: list[str] | None = None,
             source = open_source(export, kinds, prefetch_rows, use_reader=use_reader,
                                  presort=presort)
         meta = export.meta
-        plan = export.plan()
+        early = None if hold is None or source is not None else heldrows.read_early(
+            export, kinds, hold_rows, chunk_rows, presort=presort)
+        plan = export.plan(early)
         try:
             ranks = export.mpi_ranks()
         except (sqlite3.Error, ValueError, TypeError):  # an optional table of unknown shape
             ranks = {}
+        if early is not None and hold is not None:
+            held = heldrows.hold(hold, export, kinds, early, chunk_rows, presort=presort)
     except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:
         _abandon(export, source)
         raise NotAnExport(
@@ -168,8 +189,10 @@ def prepare(path: Path, wanted: list[str] | None = None,
         path=path, export=export, plan=plan, host=meta.hostname, kinds=kinds,
         wall_start=meta.session_start_ns + meta.wall_offset_ns,
         wall_end=meta.last_ns + meta.wall_offset_ns, ranks=ranks, source=source,
-        use_reader=use_reader, presort=presort,
+        use_reader=use_reader, presort=presort, held=held,
+        spill=hold if held is not None else None,
     )
+
 
 
 def _abandon(export: Export, source: ChunkSource | None) -> None:

@@ -49,9 +49,11 @@ __all__ = [
     "canonical_numbering",
     "event_types",
     "numbering_of",
+    "report_chunk_rows",
     "thread_spans",
     "trace_metadata",
     "track_thread_last",
+    "whole_rows",
     "write_trace",
 ]
 
@@ -102,6 +104,18 @@ def trace_metadata(numbering: Numbering) -> tuple[bytes, bytes]:
 def _check_output(path: Path) -> None:
     if path.is_symlink():
         raise OutputConflict(f"{path} is a symlink; choose another output path")
+
+
+def report_chunk_rows(settings: Settings, reports: int) -> int:
+    """Rows a report's table streams fetch at a time when ``reports`` are converted together:
+    every open report pools about one chunk per table, and up to ``fan_in`` reports are open
+    at once, so they share ``settings.chunk_rows``."""
+    return max(_MIN_SHARED_CHUNK, settings.chunk_rows // max(1, min(reports, settings.fan_in)))
+
+
+def whole_rows(settings: Settings) -> int:
+    """A report of at most this many rows is read whole and sorted once."""
+    return min(settings.chunk_rows, _WHOLE_ROWS)
 
 
 def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
@@ -161,10 +175,7 @@ def write_trace(
     if len(ordered) > 1:  # planned: free every connection until its report streams
         for rep in ordered:
             rep.close()
-    # memory budget: every open report pools about one chunk per table, and up to fan_in
-    # reports are open at once, so share settings.chunk_rows among them
-    open_reports = min(len(ordered), settings.fan_in)
-    chunk_rows = max(_MIN_SHARED_CHUNK, settings.chunk_rows // open_reports)
+    chunk_rows = report_chunk_rows(settings, len(ordered))
 
     earlier = earlier_claims([host_claims(r) for r in ordered])
 
@@ -176,7 +187,7 @@ def write_trace(
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, target, result.rows,
                                      result.kind_records,
-                                     whole_rows=min(settings.chunk_rows, _WHOLE_ROWS))
+                                     whole_rows=whole_rows(settings))
             note_hostile(result.hostile, rep.path.name, ctx.hostile)
         finally:
             rep.close()

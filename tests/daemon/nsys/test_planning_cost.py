@@ -91,3 +91,16 @@ def test_tables_that_fit_in_a_chunk_are_read_without_their_block_bounds(
         assert bool(bounds) == (chunk == 64), chunk
         traces.append((tmp_path / f"t{chunk}.prv").read_bytes())
     assert traces[0] == traces[1]
+
+
+def test_small_reports_of_a_batch_take_one_connection_and_no_distinct_scan_of_what_they_read(
+        statements: list[str], tmp_path: Path) -> None:
+    """Several small exports: each is opened once (read while planned, streamed from the
+    held rows), and the kinds read from one table are planned from those rows."""
+    exports = write_job(tmp_path / "src", SynthSpec(ranks=3, steps=1))
+    settings = load_settings(None, {"log_level": "error", "reader": False}, environ={})
+    convert([str(p) for p in exports], tmp_path / "out", settings)
+    text = [re.sub(r"\s+", " ", s).strip() for s in statements]
+    assert sum(s.startswith("PRAGMA query_only") for s in text) == len(exports)
+    scanned = {m.group(1) for s in text if (m := re.match(r'SELECT DISTINCT .*FROM "(\w+)"', s))}
+    assert scanned == {"NVTX_EVENTS"}  # its inline texts are numbered by the plan's scan

@@ -1,6 +1,6 @@
 """The process-wide switches the settings hold, applied in one place: the pure-Python record
-formatter, row filler, merge sorts and phase overlaps, and one log event when the optional C
-extensions are missing (the Python fallback, slower, is then in use).
+formatter, row filler, merge sorts, value factorizer and phase overlaps, and one log event when
+the optional C extensions are missing (the Python fallback, slower, is then in use).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def extensions() -> tuple[OptionalExtension, ...]:
     so only once a command runs)."""
     from prvstream.daemon.nsys import rowfill  # noqa: F401 - each import declares one
     from prvstream.daemon.stream import merge, ready  # noqa: F401
+    from prvstream.sinks import arrays  # noqa: F401
     from prvstream.sinks.efficiency import overlap  # noqa: F401
     from prvstream.sinks.paraver import fastfmt  # noqa: F401
 

@@ -1,14 +1,21 @@
 """``np.unique``'s answers for the small integer arrays of one chunk, without its fixed cost
-(tens of microseconds a call in numpy 2.4, thousands of calls a conversion)."""
+(tens of microseconds a call in numpy 2.4, thousands of calls a conversion); the inverse of
+few distinct values in C (``_arrays``, optional) where it was built."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["distinct", "unique_inverse"]
+from prvstream.sinks.native import OptionalExtension
+
+__all__ = ["FACTORIZER", "distinct", "unique_inverse"]
 
 #: ``unique_inverse`` finds the inverse by binary search up to this many distinct values
 _FEW = 64
+
+#: the distinct values and inverse in two passes over the values (C, optional; its limit of
+#: distinct values is ``_FEW``)
+FACTORIZER = OptionalExtension("prvstream.sinks._arrays", "unique_inverse", "value factorizer")
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -29,12 +36,22 @@ def _sorted_distinct(values: np.ndarray) -> np.ndarray:
     return ordered[keep]
 
 
-def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def unique_inverse(values: np.ndarray, *, pure: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for a 1-d integer array, several times faster
     when a chunk holds few distinct values (threads, streams, names): one value is checked
-    for first, and a sort plus binary search replaces the argsort."""
+    for first, and a sort plus binary search replaces the argsort (or, compiled, two passes
+    over the values)."""
     if len(values) == 0:
         return values[:0].copy(), np.zeros(0, dtype=np.intp)
+    compiled = FACTORIZER.use(pure)
+    if compiled is not None:
+        uniq = np.empty(_FEW, dtype=values.dtype)
+        inverse = np.empty(len(values), dtype=np.intp)
+        count = compiled(values, uniq, inverse)
+        if count >= 0:
+            return uniq[:count], inverse
+        if count == -1:  # more than _FEW distinct values
+            return np.unique(values, return_inverse=True)
     first = values[0]
     if bool((values == first).all()):
         return values[:1].copy(), np.zeros(len(values), dtype=np.intp)

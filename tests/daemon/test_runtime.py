@@ -14,7 +14,7 @@ from prvstream.daemon.config import load_settings
 from prvstream.daemon.nsys import reader, rowfill
 from prvstream.daemon.stream import merge, ready
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
-from prvstream.sinks import native
+from prvstream.sinks import arrays, native
 from prvstream.sinks.efficiency import overlap
 from prvstream.sinks.paraver import fastfmt
 
@@ -40,7 +40,8 @@ def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
                                         fastfmt.FORMATTER, fastfmt.WRITER, merge.SORTER,
-                                        merge.GATHERER, ready.SPLITTER}
+                                        merge.GATHERER, ready.SPLITTER,
+                                        arrays.FACTORIZER}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
     assert all(ext.compiled() == ext.built() for ext in runtime.extensions())

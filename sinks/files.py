@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from prvstream.sinks.errors import OutputConflict
@@ -48,21 +49,24 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Replace ``path`` with ``data``: temp file beside it (never through a link), fsync,
-    ``os.replace``, fsync of the directory. A symlink at ``path`` is refused."""
+def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[bytes]) -> None:
+    """Replace ``path`` with ``data`` (or its pieces, written as they come): temp file beside
+    it (never through a link), fsync, ``os.replace``, fsync of the directory. A symlink at
+    ``path`` is refused."""
     target = Path(path)
     if target.is_symlink():
         raise OutputConflict(f"{target} is a symlink; prvstream never writes through symlinks: "
                              "remove it or choose another output path")
-    payload = data.encode() if isinstance(data, str) else data
+    pieces = (data.encode(),) if isinstance(data, str) else (
+        (data,) if isinstance(data, bytes) else data)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o666)  # less the umask, like any new file
     try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
+        for piece in pieces:
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view):]
         os.fsync(fd)
     except BaseException:
         os.close(fd)

@@ -134,8 +134,9 @@ class OutputDir:
         os.set_blocking(fd, True)
         return os.fdopen(fd, mode)
 
-    def replace(self, name: str, data: bytes) -> Path:
-        """Atomically replace output ``name`` with ``data`` (temp file, fsync, rename)."""
+    def replace(self, name: str, data: bytes | Iterable[bytes]) -> Path:
+        """Atomically replace output ``name`` with ``data`` or its pieces (temp file, fsync,
+        rename)."""
         target = self.path_for(name)
         atomic_write(target, data)
         return target

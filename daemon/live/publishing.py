@@ -72,10 +72,10 @@ def publish_summary(trace: LiveTrace) -> None:
     """Append the model's updates to ``summary.jsonl`` and replace ``summary.json``."""
     writer = SummaryWriter(trace.summary_jsonl)
     before = writer.length
-    length = writer.append_many(trace.model.iter_updates())  # streamed, never all held
+    length = writer.append_bytes(trace.model.iter_update_bytes())  # streamed, never all held
     if length != before:
         trace.journal.state.summary_length = length
-    trace.out.replace(trace.summary_json.name, trace.model.state_json())
+    trace.out.replace(trace.summary_json.name, trace.model.state_pieces())
     if trace.settings.report_html:
         trace._publish_report()
 

@@ -124,7 +124,7 @@ class SummaryHistory:
         if self.writer is None:
             model.discard_updates()
         else:
-            self.writer.append_many(model.iter_updates())
+            self.writer.append_bytes(model.iter_update_bytes())
 
     def commit(self) -> None:
         """Rename the records into place."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -29,6 +29,7 @@ from prvstream.sinks.summary.records import HostMetrics, HostRow
 
 __all__ = [
     "HOST_WIDTH",
+    "HostParts",
     "HostProcess",
     "HostSample",
     "HostTotals",
@@ -47,6 +48,8 @@ HOST_WIDTH = 2
 
 Spans = list[tuple[int, int]]
 Table = dict[int, list[int]]
+#: host metrics with ``hosts`` left empty, and what makes their rows (again at each call)
+HostParts = tuple[HostMetrics, Callable[[], Iterator[HostRow]]]
 
 
 class HostProcess(msgspec.Struct):
@@ -249,30 +252,35 @@ class HostTotals:
                     hp.threads.extend((tid, *span))
         self._open = None
 
-    def metrics(self, window: int | None = None) -> HostMetrics | None:
+    def metrics(self, window: int | None = None) -> HostParts | None:
         """Host metrics of the whole job (each process over its captured time), or of window
-        ``window``. None when no host process was captured there."""
+        ``window``: with ``hosts`` empty, and what makes their rows again (a process at a
+        time). None when no host process was captured there."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
         zero = [0] * HOST_WIDTH
-        rows = []
-        for _, hp in sorted(self.processes.items()):
-            t = covered(hp.spans, start, end)
-            each = [covered(sp, start, end) for sp in by_thread(hp)]
-            if t <= 0 and not any(each):
-                continue
-            v = hp.totals if window is None else hp.windows.get(window, zero)
-            tv = hp.thread_totals if window is None else hp.thread_windows.get(window, zero)
-            rows.append((hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
-                                        sum(1 for x in each if x > 0), sum(each), tv[0],
-                                        tv[1])))
-        return _rows_metrics(rows, start, end)
+
+        def samples() -> Iterator[tuple[HostProcess, HostSample]]:
+            for key in sorted(self.processes):
+                hp = self.processes[key]
+                t = covered(hp.spans, start, end)
+                each = [covered(sp, start, end) for sp in by_thread(hp)]
+                if t <= 0 and not any(each):
+                    continue
+                v = hp.totals if window is None else hp.windows.get(window, zero)
+                tv = hp.thread_totals if window is None else hp.thread_windows.get(window,
+                                                                                   zero)
+                yield hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
+                                     sum(1 for x in each if x > 0), sum(each), tv[0], tv[1])
+
+        return _rows_metrics(samples, start, end)
 
     def phase_metrics(self, occurrences: Iterable[tuple[tuple[str, int], int, int, int]]
-                      ) -> HostMetrics | None:
+                      ) -> HostParts | None:
         """Host metrics over phase occurrences ((host, pid), start, end, instance id): each
-        process over its own occurrences (several of one process add up)."""
-        acc: dict[tuple[str, int], list[int]] = {}
+        process over its own occurrences (several of one process add up); as ``metrics``."""
+        at: dict[tuple[str, int], int] = {}
+        acc = array("q")  # 7 sums a process, in the order first met
         lo, hi = 2**62, -(2**62)
         zero = [0] * HOST_WIDTH
         mpi = False  # MPI calls captured inside an occurrence of their own process
@@ -288,14 +296,21 @@ class HostTotals:
             found, t_found = hp.instances.get(i), hp.thread_instances.get(i)
             v = zero if found is None else found.tolist()
             tv = zero if t_found is None else t_found.tolist()
-            row = acc.setdefault(key, [0] * 7)
+            row = at.get(key)
+            if row is None:
+                row = at[key] = len(acc)
+                acc.extend((0,) * 7)
             for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
-                row[j] = max(row[j], x) if j == 3 else row[j] + x
+                acc[row + j] = max(acc[row + j], x) if j == 3 else acc[row + j] + x
             lo, hi = min(lo, s), max(hi, e)
-        rows = [(self.processes[k], HostSample(k[0], k[1], self.processes[k].rank, r[0], r[1],
-                                               r[2], r[3], r[4], r[5], r[6]))
-                for k, r in sorted(acc.items())]
-        return _rows_metrics(rows, lo, hi, mpi)
+
+        def samples() -> Iterator[tuple[HostProcess, HostSample]]:
+            for k in sorted(at):
+                r = acc[at[k]:at[k] + 7]
+                hp = self.processes[k]
+                yield hp, HostSample(k[0], k[1], hp.rank, *r)
+
+        return _rows_metrics(samples, lo, hi, mpi)
 
 
 def _phases(instances: RowStore, kind: int, recent: list[tuple[int, int, int]] | None,
@@ -310,19 +325,70 @@ def _phases(instances: RowStore, kind: int, recent: list[tuple[int, int, int]] |
         instances.add(r[nz, 2], inside[nz], kind)
 
 
-def _rows_metrics(rows: Sequence[tuple[HostProcess, HostSample]], start: int,
-                  end: int, mpi: bool | None = None) -> HostMetrics | None:
-    """host_metrics of (process, sample) rows; MPI ones where ``mpi``, by default where any
-    process has a report with MPI calls in [start, end)."""
-    if not rows:
+def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], start: int,
+                  end: int, mpi: bool | None = None) -> HostParts | None:
+    """host_metrics of (process, sample) rows (made again for each pass over them); MPI ones
+    where ``mpi``, by default where any process has a report with MPI calls in [start, end)."""
+    sums = _Sums()
+    any_mpi = False
+    for hp, sample in rows():
+        if mpi is None and not any_mpi:
+            any_mpi = covered(hp.mpi_spans, start, end) > 0
+        sums.add(_host_row(sample))
+    if not sums.count:
         return None
-    if mpi is None:
-        mpi = any(covered(hp.mpi_spans, start, end) > 0 for hp, _ in rows)
-    return host_metrics([r for _, r in rows], mpi=mpi)
+    return sums.metrics(any_mpi if mpi is None else mpi, []), lambda: (
+        _host_row(sample) for _, sample in rows())
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
+
+
+def _host_row(raw: Sequence[Any]) -> HostRow:
+    r = HostSample(*raw)
+    useful = max(r.captured - r.runtime - r.mpi, 0)
+    t_useful = max(r.thread_captured - r.thread_runtime - r.thread_mpi, 0)
+    return HostRow(
+        host=r.host, pid=r.pid, rank=r.rank, captured_ns=r.captured, useful_ns=useful,
+        runtime_ns=r.runtime, mpi_ns=r.mpi, threads=r.threads,
+        thread_captured_ns=r.thread_captured, thread_useful_ns=t_useful,
+        thread_runtime_ns=r.thread_runtime, thread_mpi_ns=r.thread_mpi,
+        device_offload_efficiency=_ratio(t_useful, t_useful + r.thread_runtime),
+        process_offload_efficiency=_ratio(useful, useful + r.runtime))
+
+
+class _Sums:
+    """What the host metrics sum over the processes' rows, taken a row at a time."""
+
+    def __init__(self) -> None:
+        self.count = self.thread_useful = self.thread_runtime = self.useful = self.runtime = 0
+        #: each captured process's useful share of its captured time, in row order
+        self.shares = array("d")
+
+    def add(self, r: HostRow) -> None:
+        self.count += 1
+        self.thread_useful += r.thread_useful_ns
+        self.thread_runtime += r.thread_runtime_ns
+        if r.captured_ns > 0:
+            self.useful += r.useful_ns
+            self.runtime += r.runtime_ns
+            self.shares.append(r.useful_ns / r.captured_ns)
+
+    def metrics(self, mpi: bool, hosts: list[HostRow]) -> HostMetrics:
+        doe = _ratio(self.thread_useful, self.thread_useful + self.thread_runtime)
+        pdoe = _ratio(self.useful, self.useful + self.runtime)
+        lb = ce = mpe = None
+        shares = self.shares
+        if mpi and shares:
+            top = max(shares)
+            lb = math.fsum(shares) / len(shares) / top if top > 0 else 1.0
+            ce = top
+            mpe = lb * ce
+        pe = None if doe is None else (doe if mpe is None else mpe * doe)
+        return HostMetrics(parallel_efficiency=pe, mpi_parallel_efficiency=mpe,
+                           device_offload_efficiency=doe, process_offload_efficiency=pdoe,
+                           load_balance=lb, communication_efficiency=ce, hosts=hosts)
 
 
 def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
@@ -335,34 +401,11 @@ def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
     tables present): LB = mean(u) / max(u), CE = max(u), MPI PE = LB * CE, where u is each
     process's useful share of its captured time; host PE = MPI PE * DOE, or DOE without MPI.
     """
-    out: list[HostRow] = []
-    for raw in rows:
-        r = HostSample(*raw)
-        useful = max(r.captured - r.runtime - r.mpi, 0)
-        t_useful = max(r.thread_captured - r.thread_runtime - r.thread_mpi, 0)
-        out.append(HostRow(
-            host=r.host, pid=r.pid, rank=r.rank, captured_ns=r.captured, useful_ns=useful,
-            runtime_ns=r.runtime, mpi_ns=r.mpi, threads=r.threads,
-            thread_captured_ns=r.thread_captured, thread_useful_ns=t_useful,
-            thread_runtime_ns=r.thread_runtime, thread_mpi_ns=r.thread_mpi,
-            device_offload_efficiency=_ratio(t_useful, t_useful + r.thread_runtime),
-            process_offload_efficiency=_ratio(useful, useful + r.runtime)))
-    sum_tu = sum(r.thread_useful_ns for r in out)
-    doe = _ratio(sum_tu, sum_tu + sum(r.thread_runtime_ns for r in out))
-    procs = [r for r in out if r.captured_ns > 0]
-    sum_u = sum(r.useful_ns for r in procs)
-    pdoe = _ratio(sum_u, sum_u + sum(r.runtime_ns for r in procs))
-    lb = ce = mpe = None
-    if mpi and procs:
-        shares = [r.useful_ns / r.captured_ns for r in procs]
-        top = max(shares)
-        lb = math.fsum(shares) / len(shares) / top if top > 0 else 1.0
-        ce = top
-        mpe = lb * ce
-    pe = None if doe is None else (doe if mpe is None else mpe * doe)
-    return HostMetrics(parallel_efficiency=pe, mpi_parallel_efficiency=mpe,
-                       device_offload_efficiency=doe, process_offload_efficiency=pdoe,
-                       load_balance=lb, communication_efficiency=ce, hosts=out)
+    out = [_host_row(r) for r in rows]
+    sums = _Sums()
+    for r in out:
+        sums.add(r)
+    return sums.metrics(mpi, out)
 
 
 def thread_spans(hp: HostProcess, tid: int) -> Spans:

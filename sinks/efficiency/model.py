@@ -33,7 +33,8 @@ from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryRecord, SummaryState
+from prvstream.sinks.summary.encoded import EncodedRecord, RecordSpool
+from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
 from prvstream.sinks.summary.spill import SpilledFolder
 
 __all__ = ["EfficiencyModel"]
@@ -101,7 +102,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._pending: Pending | None = None
         #: ``hold_updates``: the windows and phase instances the group touched
         self._held: tuple[set[int], array[int]] | None = None
-        self._updates: list[SummaryRecord] = []
+        self._updates: list[EncodedRecord] = []
+        self._spool = RecordSpool()
         self._folder = SpilledFolder(recent=recent)
         #: names shown per top-N table (then one "other" row)
         self.top = max(int(top), 1)
@@ -122,7 +124,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         if self._report is not None:
             raise RuntimeError("begin_report called before end_report of the previous report")
         if self._pending is not None:  # updates not taken: build them before time moves on
-            self._updates += self._produce(self._pending)
+            self._updates += [EncodedRecord.of_bytes(r, r.data)  # before the spool is reused
+                              for r in self._produce(self._pending)]
             self._pending = None
         for note in info.notes:
             count, names = self._notes.get(note, (0, []))

@@ -11,7 +11,7 @@ import numpy as np
 from prvstream.sinks.base import ReportInfo
 from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.records import SummaryRecord
+from prvstream.sinks.summary.encoded import EncodedRecord
 
 __all__ = [
     "CATEGORY",
@@ -164,11 +164,11 @@ class Report(msgspec.Struct):
 class Pending(msgspec.Struct):
     """What the last report changed; its records are built when ``iter_updates`` runs."""
 
-    cumulative: SummaryRecord
+    cumulative: EncodedRecord
     windows: Sequence[int]
     instances: np.ndarray  # instance ids in (start, name, occurrence) order
     names: list[int]  # phase name ids, by name
-    built: dict[tuple[str, int], SummaryRecord]
+    built: dict[tuple[str, int], EncodedRecord]
 
 
 #: added to a row's category when an earlier report holds it (``repeats``)

@@ -12,6 +12,7 @@ import numpy as np
 from prvstream.sinks.efficiency.parts import Pending
 from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.encoded import EncodedRecord, RecordSpool
 from prvstream.sinks.summary.fold import fold
 from prvstream.sinks.summary.records import SummaryRecord, SummaryState, encode_record
 from prvstream.sinks.summary.spill import SpilledFolder
@@ -30,8 +31,10 @@ class UpdateQueue(RecordViews):
 
     _held: tuple[set[int], array[int]] | None
     _pending: Pending | None
-    _updates: list[SummaryRecord]
+    _updates: list[EncodedRecord]
     _folder: SpilledFolder
+    #: the records of the pending update the state keeps, written once (``_keep_state``)
+    _spool: RecordSpool
 
     if TYPE_CHECKING:
         def _window_span(self, start: int, end: int) -> range: ...  # DeviceSweep
@@ -58,7 +61,8 @@ class UpdateQueue(RecordViews):
                                           self._i_start[touched]))]
         names = sorted(np.unique(self._i_name[touched], return_counts=True)[0].tolist(),
                        key=lambda n: self._names[n].name)
-        pending = Pending(self._cumulative(), windows, touched, names, {})
+        self._spool.clear()  # the last update's records were written or taken
+        pending = Pending(self._spool.put(self._cumulative()), windows, touched, names, {})
         self._keep_state(pending)
         self._pending = pending
         log.debug("efficiency_updated", job=self.job, report=self._last_report,
@@ -68,13 +72,13 @@ class UpdateQueue(RecordViews):
         """Fold into the bounded state the records of this update it keeps (built now)."""
         folder = self._folder
         for nid in p.names:
-            p.built["t", nid] = rec = self._phase_total(nid)
-            folder.add(rec)
-        folder.add(p.cumulative)
+            p.built["t", nid] = rec = self._spool.put(self._phase_total(nid))
+            folder.add_encoded(rec)
+        folder.add_encoded(p.cumulative)
         tail = p.windows[-folder.recent:]
         for k in sorted(folder.keeps("window", "", tail) & set(tail)):
-            p.built["w", k] = rec = self._window(k)
-            folder.add(rec)
+            p.built["w", k] = rec = self._spool.put(self._window(k))
+            folder.add_encoded(rec)
         if len(p.instances):
             names = self._i_name[p.instances]
             for nid in p.names:
@@ -83,20 +87,32 @@ class UpdateQueue(RecordViews):
                 top = np.sort(occs)[-folder.recent:].tolist()
                 keep = folder.keeps("phase", self._names[nid].name, top) & set(top)
                 for i in ids[np.isin(occs, list(keep))].tolist():
-                    p.built["p", i] = rec = self._phase(i)
-                    folder.add(rec)
+                    p.built["p", i] = rec = self._spool.put(self._phase(i))
+                    folder.add_encoded(rec)
 
     # --- results ----------------------------------------------------------------------------
 
-    def iter_updates(self) -> Iterator[SummaryRecord]:
-        """Records produced since the last call, built one at a time as they are consumed:
-        phase name totals, cumulative, windows, phase instances (consume before the next
-        ``begin_report``; one not consumed by then is built and held in memory)."""
+    def iter_encoded(self) -> Iterator[EncodedRecord]:
+        """Records produced since the last call, as their JSON, built one at a time as they
+        are consumed: phase name totals, cumulative, windows, phase instances (consume before
+        the next ``begin_report``; one not consumed by then is built and held in memory)."""
         held, self._updates = self._updates, []
         pending, self._pending = self._pending, None
         yield from held
         if pending is not None:
             yield from self._produce(pending)
+
+    def iter_updates(self) -> Iterator[SummaryRecord]:
+        """``iter_encoded``'s records as objects."""
+        for encoded in self.iter_encoded():
+            yield encoded.record()
+
+    def iter_update_bytes(self) -> Iterator[bytes]:
+        """``iter_encoded``'s records as ``summary.jsonl`` lines, in pieces (what the writers
+        take: a record of every device is never all in memory)."""
+        for encoded in self.iter_encoded():
+            yield from encoded.pieces()
+            yield b"\n"
 
     def take_updates(self) -> list[SummaryRecord]:
         """``iter_updates`` as a list."""
@@ -113,33 +129,37 @@ class UpdateQueue(RecordViews):
         if not self._reports:
             return
         for nid in sorted(range(len(self._names)), key=lambda n: self._names[n].name):
-            folder.add(self._phase_total(nid))
-        folder.add(self._cumulative())
+            folder.add_encoded(self._phase_total(nid))
+        folder.add_encoded(self._cumulative())
         ks: set[int] = set()
         for d in self._devices:
             for s, e in d.spans:
                 ks.update(self._window_span(s, e))
         for k in sorted(ks)[-folder.recent:]:
-            folder.add(self._window(k))
+            folder.add_encoded(self._window(k))
         for nm in self._names:
             occs = nm.instances[nm.instances >= 0][-folder.recent:]
             for i in occs.tolist():
-                folder.add(self._phase(i))
+                folder.add_encoded(self._phase(i))
 
     def state(self) -> SummaryState:
         """The latest, bounded state: what folding every record published so far gives."""
         if not self._reports:
-            return fold([self._cumulative()], recent=self._folder.recent)
+            return fold([self._cumulative().record()], recent=self._folder.recent)
         return self._folder.state()
 
     def state_json(self) -> bytes:
         """``encode_record(self.state())`` (``summary.json``), spliced from the kept records'
         bytes (they wait in a temporary file, not in memory)."""
-        if not self._reports:
-            return encode_record(self.state())
-        return self._folder.state_json()
+        return b"".join(self.state_pieces())
 
-    def _produce(self, p: Pending) -> Iterator[SummaryRecord]:
+    def state_pieces(self) -> Iterator[bytes]:
+        """``state_json`` in pieces, a slice of the file at a time."""
+        if not self._reports:
+            return iter((encode_record(self.state()),))
+        return self._folder.state_pieces()
+
+    def _produce(self, p: Pending) -> Iterator[EncodedRecord]:
         built = p.built
         for nid in p.names:
             yield built["t", nid]

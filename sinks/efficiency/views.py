@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import overload
 
 import numpy as np
 
-from prvstream.sinks.efficiency.host import HostTotals
+from prvstream.sinks.arrays import distinct
+from prvstream.sinks.efficiency.host import HostParts, HostTotals
 from prvstream.sinks.efficiency.metrics import covered, group_order, job_metrics
 from prvstream.sinks.efficiency.parts import (
     COMM,
@@ -24,10 +26,12 @@ from prvstream.sinks.efficiency.parts import (
 )
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.encoded import ROWS_AT_ONCE, EncodedRecord, ListField, record_pieces
 from prvstream.sinks.summary.records import (
     SCHEMA_VERSION,
     DeviceRow,
     GroupRow,
+    HostRow,
     Metrics,
     SummaryRecord,
 )
@@ -70,101 +74,77 @@ class RecordViews:
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
                 row_of: Callable[[Device], np.ndarray | None], name: str = "",
                 index: int = 0, span: int | None = None, captured: bool = False,
-                ) -> SummaryRecord:
+                ) -> _Draft:
         """One record over [start, end) (length ``span``) for devices ``gids``; a device's
         totals are ``row_of(device)`` (zeros when None). With ``captured``, each device's
-        time is its reports' spans inside [start, end), else the whole span."""
+        time is its reports' spans inside [start, end), else the whole span.
+
+        Its devices, hosts and ranks are columns here and JSON in the result, made into
+        objects ``ROWS_AT_ONCE`` at a time: never one object a device for the whole job."""
         if span is None:
             span = max(end - start, 0)
+        rank_of = np.asarray(self._ranked(), np.int64)
+        ids = distinct(np.fromiter(gids, np.int64))
+        ids = ids[np.argsort(rank_of[ids], kind="stable")] if len(ids) else ids
+        cols = _Columns(len(ids))
         spans: list[tuple[int, int]] = []
-        rows: list[DeviceRow] = []
-        rank_of = self._ranked()
-        for gid in sorted(set(gids), key=rank_of.__getitem__):
-            dev = self._devices[gid]
-            found = row_of(dev)
-            v = found.tolist() if found is not None else [0] * WIDTH
-            useful, comm, overlap = v[USEFUL], v[COMM], v[OVERLAP]
-            busy_k = v[K1:K4 + 1]
-            t = covered(dev.spans, start, end) if captured else span
-            if captured:
-                spans += dev.spans
-            rows.append(DeviceRow(
-                host=dev.host, device=dev.device, useful_ns=useful, comm_ns=comm,
-                idle_ns=max(t - useful - comm, 0), overlap_ns=overlap,
-                overlap_share=overlap / (comm + overlap) if comm + overlap else 0.0,
-                inflight_ns=[max(t - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
-                gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid, captured_ns=t))
-        hosts: dict[str, list[DeviceRow]] = {}
-        ranks: dict[str, list[DeviceRow]] = {}
-        for r in rows:
-            hosts.setdefault(r.host, []).append(r)
-            ranks.setdefault(str(r.rank) if r.rank is not None else f"{r.host}:{r.pid}",
-                             []).append(r)
-
-        #: groups of the same devices (one host, one rank, the job) share their metrics
-        seen: dict[tuple[int, ...], Metrics] = {}
-
-        def metrics(v: list[DeviceRow]) -> Metrics:
-            key = tuple(id(r) for r in v)
-            m = seen.get(key)
-            if m is None:
-                m = seen[key] = job_metrics([r.useful_ns for r in v], [r.comm_ns for r in v],
-                                            span, [r.captured_ns for r in v])
-            return m
-
-        def groups(by: dict[str, list[DeviceRow]]) -> list[GroupRow]:
-            return [GroupRow(name=k, devices=len(v), useful_ns=sum(r.useful_ns for r in v),
-                             comm_ns=sum(r.comm_ns for r in v), metrics=metrics(v))
-                    for k, v in sorted(by.items(), key=lambda kv: group_order(kv[0]))]
-
-        total = metrics(rows)
-        return SummaryRecord(
+        for lo in range(0, len(ids), ROWS_AT_ONCE):
+            for j, gid in enumerate(ids[lo:lo + ROWS_AT_ONCE].tolist(), lo):
+                dev = self._devices[gid]
+                found = row_of(dev)
+                if found is not None:
+                    cols.values[j] = found
+                cols.captured[j] = covered(dev.spans, start, end) if captured else span
+                cols.devices.append(dev)
+                if captured:
+                    spans += dev.spans
+        total = cols.metrics(np.arange(len(ids)), span)
+        head = SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
             captured_ns=covered(spans, start, end) if captured else span,
             wall_ns=self._span[1] if self._span else 0, reports=self._reports,
-            last_report=self._last_report,
-            metrics=total, devices=rows, hosts=groups(hosts), ranks=groups(ranks),
-            window_ns=self.window_ns,
-            gap_threshold_ns=self.gap_threshold_ns, verdict=judge(total, rows, span),
-            nccl_as=self.nccl_as)
+            last_report=self._last_report, metrics=total, devices=[],
+            window_ns=self.window_ns, gap_threshold_ns=self.gap_threshold_ns,
+            verdict=judge(total, cols, span), nccl_as=self.nccl_as)
+        return _Draft(head, cols, span)
 
-    def _cumulative(self) -> SummaryRecord:
+    def _cumulative(self) -> EncodedRecord:
         start, end = self._span if self._span else (0, 0)
-        record = self._record("cumulative", start, end, range(len(self._devices)),
-                              lambda d: d.totals, captured=True)
-        record.notes = note_lines(self._notes)
-        record.tables = self._tables.top(self.top)
-        record.host_metrics = self._host.metrics()
-        return record
+        draft = self._record("cumulative", start, end, range(len(self._devices)),
+                             lambda d: d.totals, captured=True)
+        draft.head.notes = note_lines(self._notes)
+        draft.head.tables = self._tables.top(self.top)
+        draft.host_metrics(self._host.metrics())
+        return draft.encoded()
 
-    def _window(self, k: int) -> SummaryRecord:
+    def _window(self, k: int) -> EncodedRecord:
         w = self.window_ns
         ws, we = k * w, (k + 1) * w
         js, je = self._span if self._span else (ws, we)
         present = [i for i, d in enumerate(self._devices)
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
-        record = self._record("window", max(ws, js), min(we, je), present,
-                              lambda d: d.windows.get(slot) if slot >= 0 else None, index=k,
-                              captured=True)
-        record.host_metrics = self._host.metrics(k)
-        return record
+        draft = self._record("window", max(ws, js), min(we, je), present,
+                             lambda d: d.windows.get(slot) if slot >= 0 else None, index=k,
+                             captured=True)
+        draft.host_metrics(self._host.metrics(k))
+        return draft.encoded()
 
     def _present(self, processes: Iterable[int]) -> list[int]:
         return [g for p in processes
                 for g in self._process_devices.get(self._processes[p], [])]
 
-    def _phase(self, i: int) -> SummaryRecord:
+    def _phase(self, i: int) -> EncodedRecord:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
         nm = self._names[int(self._i_name[i])]
-        record = self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
-                              self._present(procs), lambda d: d.instances.get(i),
-                              name=nm.name, index=int(self._i_occ[i]))
+        draft = self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
+                             self._present(procs), lambda d: d.instances.get(i),
+                             name=nm.name, index=int(self._i_occ[i]))
         occ = int(self._i_occ[i])
-        record.host_metrics = self._host.phase_metrics(
-            self._occurrences(procs, nm.name, lambda spans: [(occ, i)]))
-        return record
+        draft.host_metrics(self._host.phase_metrics(
+            self._occurrences(procs, nm.name, lambda spans: [(occ, i)])))
+        return draft.encoded()
 
     def _occurrences(self, procs: Iterable[int], name: str,
                      pick: Callable[[Sequence[int]], Iterable[tuple[int, int]]],
@@ -180,20 +160,119 @@ class RecordViews:
                 if 2 * occ + 1 < len(spans):
                     yield proc, spans[2 * occ], spans[2 * occ + 1], inst
 
-    def _phase_total(self, nid: int) -> SummaryRecord:
+    def _phase_total(self, nid: int) -> EncodedRecord:
         nm = self._names[nid]
-        record = self._record("phase_total", nm.start, nm.end,
-                              self._present(sorted(nm.processes)),
-                              lambda d: _row(d.names, nid), name=nm.name, index=nm.count,
-                              span=nm.span)
+        draft = self._record("phase_total", nm.start, nm.end,
+                             self._present(sorted(nm.processes)),
+                             lambda d: _row(d.names, nid), name=nm.name, index=nm.count,
+                             span=nm.span)
         ids = nm.instances.tolist()
-        record.host_metrics = self._host.phase_metrics(self._occurrences(
+        draft.host_metrics(self._host.phase_metrics(self._occurrences(
             sorted(nm.processes), nm.name,
-            lambda spans: [(k, ids[k]) for k in range(len(spans) // 2) if k < len(ids)]))
+            lambda spans: [(k, ids[k]) for k in range(len(spans) // 2) if k < len(ids)])))
         tables = self._phase_tables.get(nm.name)
         if tables is not None:
-            record.tables = tables.top(self.top)
-        return record
+            draft.head.tables = tables.top(self.top)
+        return draft.encoded()
+
+
+class _Columns(Sequence[DeviceRow]):
+    """A record's devices (in rank order) as columns: totals rows and captured time; read as
+    a sequence, each ``DeviceRow`` is made when it is read (``judge`` reads them twice)."""
+
+    def __init__(self, n: int) -> None:
+        self.values = np.zeros((n, WIDTH), np.int64)
+        self.captured = np.zeros(n, np.int64)
+        self.devices: list[Device] = []
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    @overload
+    def __getitem__(self, i: int) -> DeviceRow: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[DeviceRow]: ...
+
+    def __getitem__(self, i: int | slice) -> DeviceRow | Sequence[DeviceRow]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._row(self.devices[i], self.values[i].tolist(), int(self.captured[i]))
+
+    def __iter__(self) -> Iterator[DeviceRow]:
+        for lo in range(0, len(self), ROWS_AT_ONCE):
+            hi = lo + ROWS_AT_ONCE
+            for dev, v, t in zip(self.devices[lo:hi], self.values[lo:hi].tolist(),
+                                 self.captured[lo:hi].tolist(), strict=True):
+                yield self._row(dev, v, t)
+
+    @staticmethod
+    def _row(dev: Device, v: list[int], t: int) -> DeviceRow:
+        useful, comm, overlap = v[USEFUL], v[COMM], v[OVERLAP]
+        busy_k = v[K1:K4 + 1]
+        return DeviceRow(
+            host=dev.host, device=dev.device, useful_ns=useful, comm_ns=comm,
+            idle_ns=max(t - useful - comm, 0), overlap_ns=overlap,
+            overlap_share=overlap / (comm + overlap) if comm + overlap else 0.0,
+            inflight_ns=[max(t - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
+            gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid, captured_ns=t)
+
+    def metrics(self, rows: np.ndarray, span: int) -> Metrics:
+        """The metrics of the devices at ``rows``."""
+        return job_metrics(self.values[rows, USEFUL].tolist(), self.values[rows, COMM].tolist(),
+                           span, self.captured[rows].tolist())
+
+    def grouped(self, keys: Iterable[str]) -> _Groups:
+        """Each row's group (a host, a rank) by ``keys``: the groups' (name, code) in
+        ``group_order``, the rows sorted by code (stable) and each code's bounds in them."""
+        codes: dict[str, int] = {}
+        of = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), np.int64, len(self))
+        order = np.argsort(of, kind="stable")
+        return (sorted(codes.items(), key=lambda kv: group_order(kv[0])), order,
+                np.searchsorted(of[order], np.arange(len(codes) + 1)))
+
+    def groups(self, grouped: _Groups, span: int) -> Iterator[GroupRow]:
+        """One row per group: its devices' sums and metrics."""
+        named, order, bounds = grouped
+        for name, c in named:
+            rows = order[bounds[c]:bounds[c + 1]]
+            yield GroupRow(name=name, devices=len(rows),
+                           useful_ns=int(self.values[rows, USEFUL].sum()),
+                           comm_ns=int(self.values[rows, COMM].sum()),
+                           metrics=self.metrics(rows, span))
+
+
+#: ``_Columns.grouped``
+_Groups = tuple[list[tuple[str, int]], np.ndarray, np.ndarray]
+
+
+class _Draft:
+    """A record being made: its head (every field but the long lists) and the columns its
+    lists are made from as its pieces are written (``record_pieces``)."""
+
+    def __init__(self, head: SummaryRecord, cols: _Columns, span: int) -> None:
+        self.head = head
+        self._cols = cols
+        self._span = span
+        self._hosts = cols.grouped(d.host for d in cols.devices)
+        self._ranks = cols.grouped(str(d.rank) if d.rank is not None else f"{d.host}:{d.pid}"
+                                   for d in cols.devices)
+        self._host_rows: Callable[[], Iterator[HostRow]] | None = None
+
+    def host_metrics(self, found: HostParts | None) -> None:
+        if found is not None:
+            self.head.host_metrics, self._host_rows = found
+
+    def encoded(self) -> EncodedRecord:
+        h, cols, span = self.head, self._cols, self._span
+        fields: list[ListField] = [
+            (b"devices", b"hosts", lambda: iter(cols)),
+            (b"hosts", b"ranks", lambda: cols.groups(self._hosts, span)),
+            (b"ranks", b"window_ns", lambda: cols.groups(self._ranks, span))]
+        if self._host_rows is not None:
+            fields.append((b"hosts", b"process_offload_efficiency", self._host_rows))
+        return EncodedRecord(h.view, h.name, h.index, h.start_ns,
+                             lambda: record_pieces(h, fields))
 
 
 def _row(table: np.ndarray, i: int) -> np.ndarray | None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
+from collections.abc import Iterator
 from typing import IO, NamedTuple
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary.encoded import EncodedRecord, read_slices
 from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import (
     DEFAULT_RECENT,
@@ -56,11 +58,15 @@ class SpilledFolder(SummaryFolder):
         if state is not None:
             for r in (*state.windows, *state.phases, *state.phase_totals):
                 self.add(r)
-            self._put(("cumulative", "", 0), SummaryRecord(
-                **{f: getattr(state, f) for f in SummaryRecord.__struct_fields__}))
+            self._put(("cumulative", "", 0), EncodedRecord.of(SummaryRecord(
+                **{f: getattr(state, f) for f in SummaryRecord.__struct_fields__})))
 
     def add(self, record: SummaryRecord) -> None:
         """Fold one record in (its JSON goes to the file, its key stays in memory)."""
+        self.add_encoded(EncodedRecord.of(record))
+
+    def add_encoded(self, record: EncodedRecord) -> None:
+        """``add`` a record given as its JSON."""
         view = record.view
         if view == "window":
             self._put((view, "", record.index), record)
@@ -85,8 +91,7 @@ class SpilledFolder(SummaryFolder):
             ref = self.refs.pop((view, name, key))
             self._live -= ref.length
 
-    def _put(self, key: tuple[str, str, int], record: SummaryRecord) -> None:
-        data = encode_record(record)[:-1]  # without the newline
+    def _put(self, key: tuple[str, str, int], record: EncodedRecord) -> None:
         fh = self._file
         if fh is None:
             fh = self._file = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
@@ -94,11 +99,13 @@ class SpilledFolder(SummaryFolder):
         old = self.refs.get(key)
         if old is not None:
             self._live -= old.length
-        os.pwrite(fh.fileno(), data, self._end)
-        self.refs[key] = _Ref(self._end, len(data), record.start_ns, record.name,
+        start = self._end
+        for piece in record.pieces():  # never the whole record at once
+            os.pwrite(fh.fileno(), piece, self._end)
+            self._end += len(piece)
+        self.refs[key] = _Ref(start, self._end - start, record.start_ns, record.name,
                               record.index)
-        self._end += len(data)
-        self._live += len(data)
+        self._live += self._end - start
         dead = self._end - self._live
         if dead > _COMPACT_BYTES and dead > self._live:
             self._compact()
@@ -110,51 +117,70 @@ class SpilledFolder(SummaryFolder):
         new = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
         end = 0
         for key, ref in list(self.refs.items()):
-            data = os.pread(old.fileno(), ref.length, ref.offset)
-            os.pwrite(new.fileno(), data, end)
             self.refs[key] = ref._replace(offset=end)
-            end += ref.length
+            for data in read_slices(old.fileno(), ref.offset, ref.length):
+                os.pwrite(new.fileno(), data, end)
+                end += len(data)
         old.close()
         weakref.finalize(self, new.close)
         self._file, self._end, self._live = new, end, end
 
     def _read(self, ref: _Ref) -> bytes:
-        assert self._file is not None
-        return os.pread(self._file.fileno(), ref.length, ref.offset)
+        return b"".join(self._slices(ref))
 
-    def _parts(self) -> tuple[bytes, list[bytes], list[bytes], list[bytes]]:
-        """JSON of the cumulative record, the windows, phases and phase totals ``state``
-        holds, in its order."""
+    def _slices(self, ref: _Ref) -> Iterator[bytes]:
+        assert self._file is not None
+        return read_slices(self._file.fileno(), ref.offset, ref.length)
+
+    def _parts(self) -> tuple[_Ref | None, list[_Ref], list[_Ref], list[_Ref]]:
+        """Where the cumulative record, the windows, phases and phase totals ``state`` holds
+        are, in its order."""
         n = self.recent
-        base = self.refs.get(("cumulative", "", 0))
-        head = self._read(base) if base is not None else encode_record(SummaryRecord(
-            schema=SCHEMA_VERSION, job="", view="cumulative", start_ns=0, end_ns=0,
-            span_ns=0, metrics=zero_metrics(), devices=[]))[:-1]
-        windows = [self._read(self.refs["window", "", k]) for k in sorted(self.windows)[-n:]]
+        windows = [self.refs["window", "", k] for k in sorted(self.windows)[-n:]]
         phases = [self.refs["phase", name, k] for name, by_occ in self.phases.items()
                   for k in sorted(by_occ)[-n:]]
         phases.sort(key=lambda r: (r.start_ns, r.name, r.number))
-        totals = [self._read(self.refs["phase_total", name, 0])
-                  for name in sorted(self.totals)]
-        return head, windows, [self._read(r) for r in phases], totals
+        totals = [self.refs["phase_total", name, 0] for name in sorted(self.totals)]
+        return self.refs.get(("cumulative", "", 0)), windows, phases, totals
 
     def state(self) -> SummaryState:
-        head, windows, phases, totals = self._parts()
-        base = decode_record(head)
+        base_ref, windows, phases, totals = self._parts()
+        base = decode_record(self._read(base_ref)) if base_ref is not None else _EMPTY
         fields = {f: getattr(base, f) for f in SummaryRecord.__struct_fields__}
-        return SummaryState(**fields, windows=[decode_record(w) for w in windows],
-                            phases=[decode_record(p) for p in phases],
-                            phase_totals=[decode_record(t) for t in totals],
+        return SummaryState(**fields, windows=[decode_record(self._read(w)) for w in windows],
+                            phases=[decode_record(self._read(p)) for p in phases],
+                            phase_totals=[decode_record(self._read(t)) for t in totals],
                             recent=self.recent)
 
     def state_json(self) -> bytes:
         """``encode_record(self.state())``, spliced from the records' bytes."""
-        head, windows, phases, totals = self._parts()
-        return b"".join((head[:-1], b',"windows":[', b",".join(windows), b'],"phases":[',
-                         b",".join(phases), b'],"phase_totals":[', b",".join(totals),
-                         b'],"recent":', str(self.recent).encode(), b"}\n"))
+        return b"".join(self.state_pieces())
+
+    def state_pieces(self) -> Iterator[bytes]:
+        """``state_json`` in pieces (read from the file a slice at a time)."""
+        base, windows, phases, totals = self._parts()
+        if base is None:
+            yield encode_record(_EMPTY)[:-2]
+        else:
+            last = b""
+            for piece in self._slices(base):  # all but its closing brace
+                if last:
+                    yield last
+                last = piece
+            yield last[:-1]
+        for opening, refs in ((b',"windows":[', windows), (b'],"phases":[', phases),
+                              (b'],"phase_totals":[', totals)):
+            yield opening
+            for k, ref in enumerate(refs):
+                if k:
+                    yield b","
+                yield from self._slices(ref)
+        yield b'],"recent":' + str(self.recent).encode() + b"}\n"
 
 
+#: the cumulative record of no report
+_EMPTY = SummaryRecord(schema=SCHEMA_VERSION, job="", view="cumulative", start_ns=0,
+                       end_ns=0, span_ns=0, metrics=zero_metrics(), devices=[])
 #: what the key dicts of the base class hold instead of records
 _PLACEHOLDER = SummaryRecord(schema=SCHEMA_VERSION, job="", view="", start_ns=0, end_ns=0,
                              span_ns=0, metrics=zero_metrics(), devices=[])

@@ -62,15 +62,18 @@ class SummaryWriter:
         ``records`` may be a generator: lines are written in slices of about 1 MiB as they
         come, never all held. If it raises, the file is cut back to the committed length.
         """
+        return self.append_bytes(encode_record(record) for record in records)
+
+    def append_bytes(self, pieces: Iterable[bytes]) -> int:
+        """``append_many`` of records given as the bytes of their lines, in any pieces."""
         written = 0
         fh = None
         try:
             buf: list[bytes] = []
             size = 0
-            for record in records:
-                line = encode_record(record)
-                buf.append(line)
-                size += len(line)
+            for piece in pieces:
+                buf.append(piece)
+                size += len(piece)
                 if size >= _SLICE:
                     fh = fh or open(self.path, "ab")  # noqa: SIM115 - closed below
                     fh.write(b"".join(buf))

@@ -371,9 +371,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_merge", "The record merge's sorts by full key, the router's split.", -1, methods,
-    NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__merge(void) { return PyModule_Create(&module); }
+PRVSTREAM_MODULE(_merge, "The record merge's sorts by full key, the router's split.", methods)

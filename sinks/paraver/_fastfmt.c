@@ -295,9 +295,4 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_fastfmt", "Numeric Paraver records to text.", -1, methods,
-    NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__fastfmt(void) { return PyModule_Create(&module); }
+PRVSTREAM_MODULE(_fastfmt, "Numeric Paraver records to text.", methods)

@@ -16,7 +16,7 @@ from prvstream.daemon.stream import merge, ready
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks import arrays, native
 from prvstream.sinks.efficiency import overlap
-from prvstream.sinks.paraver import fastfmt
+from prvstream.sinks.paraver import fastfmt, records
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
                                         fastfmt.FORMATTER, fastfmt.WRITER, merge.SORTER,
                                         merge.GATHERER, ready.SPLITTER,
-                                        arrays.FACTORIZER}
+                                        arrays.FACTORIZER, records.KEYS}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
     assert all(ext.compiled() == ext.built() for ext in runtime.extensions())

@@ -18,6 +18,7 @@ from prvstream.daemon.live.inputs import report_identity
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace, output_dir_for
 from prvstream.daemon.live.outcomes import AppendResult
+from prvstream.daemon.stream.batch import FLUSH_ROWS
 from prvstream.daemon.stream.batch import convert as _convert
 from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -48,8 +49,8 @@ def convert(inputs: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str
     writes. Inputs that cannot be converted are listed in ``result.failed``."""
     chosen = settings(**overrides)
     target = Path(out)
-    model = EfficiencyModel(target.name, window_ns=int(chosen.window * _NS), flush_rows=8192,
-                            gap_threshold_ns=chosen.gap_threshold_ns,
+    model = EfficiencyModel(target.name, window_ns=int(chosen.window * _NS),
+                            flush_rows=FLUSH_ROWS, gap_threshold_ns=chosen.gap_threshold_ns,
                             recent=chosen.summary_recent, nccl_as=chosen.nccl_as,
                             top=chosen.summary_top)
     history = target.with_name(target.name + ".summary.jsonl")

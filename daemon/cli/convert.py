@@ -12,7 +12,7 @@ from prvstream.daemon import heap
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds.bounds import hostile_text
 from prvstream.daemon.progress import TerminalProgress
-from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.stream.batch import FLUSH_ROWS, convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
 from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:
         progress = TerminalProgress("converting")
-    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9), flush_rows=8192,
-                            gap_threshold_ns=settings.gap_threshold_ns,
+    model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9),
+                            flush_rows=FLUSH_ROWS, gap_threshold_ns=settings.gap_threshold_ns,
                             recent=settings.summary_recent,
                             nccl_as=settings.nccl_as, top=settings.summary_top)
     history = out.with_name(out.name + ".summary.jsonl")

@@ -34,9 +34,14 @@ from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchem
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import SummaryWriter
 
-__all__ = ["SummaryHistory", "convert", "expand_inputs"]
+__all__ = ["FLUSH_ROWS", "SummaryHistory", "convert", "expand_inputs"]
 
 log = get_logger(__name__)
+
+#: activity rows the efficiency model of a conversion buffers before it sweeps them (its
+#: results do not depend on it; a sweep's temporaries grow with it): 8,192 held the
+#: converter's peak 1.7 MiB higher at 1M rows (docs/benchmarks.md, "Memory at 10M rows")
+FLUSH_ROWS = 4096
 
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from prvstream.daemon import heap
 from prvstream.daemon.kinds import hoststates, registry
 from prvstream.daemon.kinds.bounds import NO_END, screen
 from prvstream.daemon.kinds.context import (
@@ -368,6 +369,12 @@ def ranked_tasks(rep: PreparedReport, rank_pattern: str) -> list[RankedTask]:
             for g in sorted({g for g, _, _ in rep.plan.streams})]
 
 
+#: records merged between two releases of the router (at every merged batch, 4,096 records
+#: at most, its splits and the model's feed cost 5% more CPU at 1M rows; the sink gets the
+#: same rows in the same order whatever the cadence)
+RELEASE_RECORDS = 16384
+
+
 class ActivityRouter:
     """Holds GPU activity and phases until the merge horizon passes them, then feeds a sink
     in start order (a phase before activity that starts with it or later)."""
@@ -465,11 +472,16 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
         if 0 < sum(rep.plan.counts.values()) <= whole_rows:
             yield from merge_whole(streams)
         else:
+            held = 0
             for batch, watermark in merge(streams):
-                router.release(watermark)
+                held += len(batch)
+                if held >= RELEASE_RECORDS:
+                    router.release(watermark)
+                    held = 0
                 yield batch, watermark
     finally:
         source.close()
+    heap.release_freed(sum(rep.plan.counts.values()))  # before the end's summary records
     router.release(None)
     if sink is not None:
         sink.end_report()

@@ -64,7 +64,7 @@ def metadata(event_types: Iterable[EventTypeSpec], layout: TraceLayout) -> tuple
 
 
 #: batches a ``behind`` writer holds queued beside the one it is writing (each a merged
-#: batch: at most 16k records, ~2 MiB of fields; the default chunk gives ~1 MiB)
+#: batch: at most 4,096 records, ~0.5 MiB of fields)
 BEHIND_BATCHES = 1
 #: the interpreter's switch interval while a ``behind`` writer runs: the thread takes the GIL
 #: twice a batch (queue, the C call) into a real file, and each time the default 5 ms would

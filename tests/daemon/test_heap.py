@@ -1,5 +1,5 @@
-"""The C heap's trimming: freed memory is kept for the next report (no page faults again), and
-the user's own malloc tuning is left alone."""
+"""The C heap's trimming: freed memory is kept for the next report (no page faults again) and
+returned once a big report has streamed, and the user's own malloc tuning is left alone."""
 
 from __future__ import annotations
 
@@ -55,3 +55,44 @@ def test_freed_memory_is_reused_without_faults() -> None:
 def test_the_users_malloc_tuning_is_left_alone() -> None:
     tuned, _ = _run(True, MALLOC_TOP_PAD_="131072")
     assert not tuned
+
+
+_RELEASE = """
+import sys
+from pathlib import Path
+from prvstream.daemon import heap
+tuned = heap.keep_freed_memory() if sys.argv[1] == "1" else False
+import numpy as np
+
+def anon():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+held = [np.ones(1 << 16) for _ in range(64)]  # 512 KiB blocks from the heap: 32 MiB touched
+del held[::2]  # half of it free, in holes the heap's top cannot give back
+before = anon()
+small = heap.release_freed(heap.RELEASE_ROWS - 1)
+unchanged = anon()
+big = heap.release_freed(heap.RELEASE_ROWS)
+print(int(tuned), int(small), int(big), before - unchanged, before - anon())
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="the heap is tuned with glibc's mallopt only")
+@pytest.mark.parametrize("tune", [True, False])
+def test_a_big_report_returns_the_heaps_free_pages_once_it_has_streamed(tune: bool) -> None:
+    """Only where this process tuned the heap (elsewhere glibc trims by itself), and only for
+    a report of at least ``RELEASE_ROWS`` rows: the free holes' pages go back (16 MiB of them
+    here), the blocks still in use stay."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _RELEASE, "1" if tune else "0"], env=clean,
+                         capture_output=True, text=True, check=True)
+    tuned, small, big, kept_kib, returned_kib = map(int, out.stdout.splitlines()[-1].split())
+    assert tuned == tune
+    assert not small
+    assert kept_kib < 1024
+    assert big == tune
+    assert (returned_kib > 12 * 1024) if tune else (returned_kib < 1024)

@@ -217,3 +217,45 @@ def test_in_order_is_true_exactly_when_sorting_moves_nothing(rows: list[tuple[in
     keys = _keys(rows) if rows else np.zeros((0, 3), dtype=np.int64)
     moved = not np.array_equal(merge_module.sort_order(keys), np.arange(len(rows)))
     assert merge_module._in_order(keys) is not moved
+
+
+def _wide_stream(index: int, intervals: list[tuple[int, int]], chunk: int, width: int
+                 ) -> Stream:
+    """``_stream``'s records with fields ``width`` wide, the first field their identity and
+    the others derived from it (a narrower stream's missing fields are zeros)."""
+    for batch, mark in _stream(index, intervals, chunk, []):
+        fields = np.zeros((len(batch), width), dtype=np.int64)
+        for k in range(width):
+            fields[:, k] = batch.fields[:, 0] + k
+        yield RecordBatch(batch.keys, fields, batch.tmpl), mark
+
+
+@settings(max_examples=80, deadline=None)
+@given(_INTERVALS, st.integers(1, 7), st.integers(1, 9),
+       st.lists(st.integers(1, WIDTH), min_size=6, max_size=6))
+def test_slices_are_gathered_one_by_one_as_narrow_as_their_records(
+        streams: list[list[tuple[int, int]]], chunk: int, size: int,
+        widths: list[int]) -> None:
+    """A merge with small slices yields the same records, fields and watermarks as one with
+    whole batches; each slice is its own array (never a view of a batch gathered whole, which
+    would stay in memory until its last slice was written) and as wide as its widest record."""
+    def run(max_batch: int) -> list[tuple[RecordBatch, int]]:
+        return list(merge([_wide_stream(i, s, chunk, widths[i])
+                           for i, s in enumerate(streams)], max_batch))
+
+    def records(batches: list[tuple[RecordBatch, int]]) -> tuple[list[list[int]], list[list[int]]]:
+        keys = [k for b, _ in batches for k in b.keys.tolist()]
+        fields = [f for b, _ in batches
+                  for f in np.pad(b.fields, ((0, 0), (0, WIDTH - b.fields.shape[1]))).tolist()]
+        return keys, fields
+
+    whole, sliced = run(1 << 30), run(size)
+    assert records(whole) == records(sliced)
+    assert [m for _, m in whole[-1:]] == [m for _, m in sliced[-1:]]
+    for (batch, mark), following in zip(sliced, [*sliced[1:], None], strict=False):
+        assert 0 < len(batch) <= size
+        if following is not None:
+            assert mark <= int(following[0].keys[0, 0])
+            assert not np.shares_memory(batch.fields, following[0].fields)
+        stream_of = batch.fields[:, 0] // 2 // 1_000_000
+        assert batch.fields.shape[1] == max(widths[int(i)] for i in stream_of)

@@ -56,3 +56,30 @@ def test_whole_small_reports_convert_as_merged_ones(tmp_path: Path, chunk_rows: 
     merged = _converted(inputs, tmp_path / "merged" / "out", settings)
     assert not wholes
     assert whole == merged
+
+
+def test_the_routers_release_cadence_changes_no_output(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The activity router is released every ``RELEASE_RECORDS`` merged records: released at
+    every batch, or only at the end of each report, the sink gets the same rows in the same
+    order, so the trace and the summaries are the same bytes."""
+    inputs = [str(p) for p in write_job(tmp_path / "src", SynthSpec(ranks=2, steps=3, seed=3))]
+    settings = load_settings(None, {"chunk_rows": 97, "log_level": "error"}, environ={})
+    real_stream = trace.report_stream
+    monkeypatch.setattr(trace, "report_stream",
+                        lambda *a, **k: real_stream(*a, **{**k, "whole_rows": 0}))
+    releases: list[int | None] = []
+    real_release = pipeline.ActivityRouter.release
+
+    def counted(self: pipeline.ActivityRouter, horizon: int | None) -> None:
+        releases.append(horizon)
+        real_release(self, horizon)
+
+    monkeypatch.setattr(pipeline.ActivityRouter, "release", counted)
+    outputs = []
+    for every in (1, 10**9):
+        monkeypatch.setattr(pipeline, "RELEASE_RECORDS", every)
+        releases.clear()
+        outputs.append(_converted(inputs, tmp_path / str(every) / "out", settings))
+        assert (len(releases) > 10) if every == 1 else all(h is None for h in releases)
+    assert outputs[0] == outputs[1]

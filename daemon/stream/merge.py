@@ -264,7 +264,7 @@ def _gather_slices(parts: list[tuple[RecordBatch, np.ndarray]], watermark: int, 
         wheres.append(place[at : at + len(index)])
         at += len(index)
     taken = [0] * len(parts)
-    for lo, hi, mark in _slices(times, watermark, size):
+    for _, hi, mark in _slices(times, watermark, size):
         cuts = [int(np.searchsorted(where, hi)) for where in wheres]
         yield _gather([(part, index[a:b]) for (part, index), a, b
                        in zip(parts, taken, cuts, strict=True) if b > a]), mark

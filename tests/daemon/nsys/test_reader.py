@@ -42,8 +42,9 @@ def _read(lease: reader.ReaderLease, export_path: Path, kind: str, chunk: int) -
     return np.concatenate(parts) if parts else np.empty(0, tables.DTYPES[kind])
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 4096])
+@pytest.mark.parametrize("chunk", [1, 7, 1000, 4096])
 def test_chunks_equal_in_process_streams(job: list[Path], chunk: int) -> None:
+    """Also chunks the reader fetches in several pieces (``FETCH_ROWS`` rows at a time)."""
     path = job[0]
     lease = reader.lease(path)
     assert lease is not None

@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import bisect
 import sqlite3
+from array import array
+
+#: ``typing.TYPE_CHECKING`` without importing typing (the reader process loads this module)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["BLOCK", "block_bounds", "reorder_window", "window_of"]
 
@@ -28,39 +34,53 @@ def block_bounds(con: sqlite3.Connection, table: str, start: str, where: str = "
 
     ``table`` and ``start`` are quoted identifiers, ``where`` an SQL condition or "".
     """
+    least, greatest = _block_columns(con, table, start, where, block)
+    return list(zip(least, greatest, strict=True))
+
+
+def _block_columns(con: sqlite3.Connection, table: str, start: str, where: str,
+                   block: int) -> tuple[array[int], array[int]]:
+    """``block_bounds`` as two int64 arrays: 16 bytes a block, where a 10M-row table's
+    thousands of blocks as tuples of Python ints were over 1 MiB of the reader process."""
+    least_of, greatest_of = array("q"), array("q")
     # one subquery each: SQLite then reads both ends of the b-tree (MIN and MAX in one
     # SELECT scan the whole table)
     lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
                          f"(SELECT MAX(rowid) FROM {table})").fetchone()
     if lo is None:
-        return []
+        return least_of, greatest_of
     cond = f" AND ({where})" if where else ""
     sql = (f"SELECT MIN({start}), MAX({start}) FROM {table} "
            f"WHERE rowid BETWEEN ? AND ?{cond}")
-    out: list[tuple[int, int]] = []
     for first in range(int(lo), int(hi) + 1, block):
         least, greatest = con.execute(sql, (first, first + block - 1)).fetchone()
         if least is not None:
-            out.append((int(least), int(greatest)))
-    return out
+            least_of.append(int(least))
+            greatest_of.append(int(greatest))
+    return least_of, greatest_of
 
 
 def window_of(bounds: list[tuple[int, int]], block: int = BLOCK) -> int:
     """Rows a rowid-order scan must hold back, given its blocks' start bounds: a row may have
     to pass the rows of its own block and of the blocks before it whose greatest start lies
     above its block's least, so (the most such blocks + 1) x ``block``."""
-    n = len(bounds)
+    return _window([lo for lo, _ in bounds], [hi for _, hi in bounds], block)
+
+
+def _window(least_of: Sequence[int], greatest_of: Sequence[int], block: int) -> int:
+    """``window_of`` from the blocks' least and greatest starts."""
+    n = len(least_of)
     if n == 0:
         return 0
-    suffix_min = [0] * n  # least start of blocks i.. (non-decreasing in i)
-    least = bounds[-1][0]
+    suffix_min = array("q", bytes(8 * n))  # least start of blocks i.. (non-decreasing in i)
+    least = least_of[-1]
     for i in range(n - 1, -1, -1):
-        least = min(least, bounds[i][0])
+        least = min(least, least_of[i])
         suffix_min[i] = least
     reach = 0
-    greatest = bounds[0][1]
+    greatest = greatest_of[0]
     for i in range(n):
-        greatest = max(greatest, bounds[i][1])
+        greatest = max(greatest, greatest_of[i])
         # the first later block from which on every row starts at or after everything up to
         # block i: rows up to block i never have to pass a row from there on
         j = bisect.bisect_left(suffix_min, greatest, lo=i + 1)
@@ -71,4 +91,4 @@ def window_of(bounds: list[tuple[int, int]], block: int = BLOCK) -> int:
 def reorder_window(con: sqlite3.Connection, table: str, start: str, where: str = "",
                    block: int = BLOCK) -> int:
     """``window_of`` the table's blocks (see the module docstring)."""
-    return window_of(block_bounds(con, table, start, where, block), block)
+    return _window(*_block_columns(con, table, start, where, block), block)

@@ -63,6 +63,7 @@ def test_table_window_from_sqlite(tmp_path: Path) -> None:
     assert len(bounds) == 10 and bounds[5] == (5000, 5990)
     window = reorder_window(con, "T", "start", block=100)
     assert window >= _displaced(starts)
+    assert window == window_of(bounds, 100)  # the reader's int64 columns: the same window
     rows = con.execute("SELECT start, rowid FROM T ORDER BY rowid").fetchall()
     chunks = [np.array(rows[i:i + 64], dtype=_DTYPE) for i in range(0, len(rows), 64)]
     got = np.concatenate(list(reorder(iter(chunks), window, 64)))

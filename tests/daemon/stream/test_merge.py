@@ -21,6 +21,7 @@ from prvstream.daemon.stream.merge import (
     merge_bounded,
     sort_batch,
 )
+from prvstream.sinks import native
 from prvstream.sinks.paraver.fastfmt import WIDTH, format_records, template
 
 _INTERVALS = st.lists(
@@ -230,18 +231,24 @@ def _wide_stream(index: int, intervals: list[tuple[int, int]], chunk: int, width
         yield RecordBatch(batch.keys, fields, batch.tmpl), mark
 
 
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "numpy"])
 @settings(max_examples=80, deadline=None)
 @given(_INTERVALS, st.integers(1, 7), st.integers(1, 9),
        st.lists(st.integers(1, WIDTH), min_size=6, max_size=6))
 def test_slices_are_gathered_one_by_one_as_narrow_as_their_records(
-        streams: list[list[tuple[int, int]]], chunk: int, size: int,
+        pure: bool, streams: list[list[tuple[int, int]]], chunk: int, size: int,
         widths: list[int]) -> None:
     """A merge with small slices yields the same records, fields and watermarks as one with
     whole batches; each slice is its own array (never a view of a batch gathered whole, which
-    would stay in memory until its last slice was written) and as wide as its widest record."""
+    would stay in memory until its last slice was written) and as wide as its widest record.
+    With the compiled sort and gather and with numpy's."""
     def run(max_batch: int) -> list[tuple[RecordBatch, int]]:
-        return list(merge([_wide_stream(i, s, chunk, widths[i])
-                           for i, s in enumerate(streams)], max_batch))
+        native.prefer_python(pure)
+        try:
+            return list(merge([_wide_stream(i, s, chunk, widths[i])
+                               for i, s in enumerate(streams)], max_batch))
+        finally:
+            native.prefer_python(False)
 
     def records(batches: list[tuple[RecordBatch, int]]) -> tuple[list[list[int]], list[list[int]]]:
         keys = [k for b, _ in batches for k in b.keys.tolist()]

@@ -134,6 +134,13 @@ def _reap(proc: subprocess.Popen[str]) -> None:
     proc.stdout.close()
 
 
+def _start_follower(argv: list[str], stderr: int) -> subprocess.Popen[str]:
+    """``summary --follow`` as a user starts it, so that SIGINT (Ctrl-C) stops it: a test run
+    started in the background by a shell ignores SIGINT, and the child would inherit that."""
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
 def test_follow_prints_each_new_record_of_a_growing_file(tmp_path: Path,
                                                          as_json: bool) -> None:
@@ -143,7 +150,7 @@ def test_follow_prints_each_new_record_of_a_growing_file(tmp_path: Path,
             "--interval", "0.05", "--log-level", "error"]
     if as_json:
         argv.append("--json")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_follower(argv, subprocess.PIPE)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     try:
@@ -181,7 +188,7 @@ def test_follow_rereads_after_truncation(tmp_path: Path) -> None:
     writer.append_many(updates[0])
     argv = [sys.executable, "-m", "prvstream.daemon", "summary", str(path), "--follow", "--json",
             "--interval", "0.05", "--log-level", "error"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = _start_follower(argv, subprocess.DEVNULL)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     try:
@@ -235,7 +242,7 @@ def test_follow_warns_once_per_change_while_ranks_are_missing(tmp_path: Path) ->
     status = out / "status.json"
     argv = [sys.executable, "-m", "prvstream.daemon", "summary", str(out.parent), "--follow",
             "--json", "--interval", "0.05", "--log-level", "error"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_follower(argv, subprocess.PIPE)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     try:

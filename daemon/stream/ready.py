@@ -26,8 +26,8 @@ def split_ready(parts: list[np.ndarray], dtype: np.dtype, horizon: int | None, *
     if not parts:
         return np.empty(0, dtype=dtype), []
     compiled = SPLITTER.use(pure)
-    if compiled is not None and dtype.names and dtype.fields is not None \
-            and dtype.fields[dtype.names[0]][:2] == (np.dtype("<i8"), 0):
+    if compiled is not None and dtype.names and dtype.names[0] == "start" \
+            and dtype.fields is not None and dtype.fields["start"][:2] == (np.dtype("<i8"), 0):
         out = np.empty(sum(len(p) for p in parts), dtype=dtype)
         ready = compiled([np.ascontiguousarray(p, dtype=dtype) for p in parts],
                          dtype.itemsize, horizon, out)

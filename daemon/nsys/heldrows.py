@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from typing import IO
 
 import numpy as np
 
@@ -22,6 +20,7 @@ from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.sources import InProcessSource
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.scratch import ScratchFile
 
 __all__ = ["HeldRows", "HeldSource", "RowSpill", "hold", "read_early"]
 
@@ -37,22 +36,13 @@ class RowSpill:
     """One anonymous temporary file that chunks are appended to and read back from."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self._fh: IO[bytes] | None = None
-        self._directory = directory
-        self._end = 0
-
-    def _file(self) -> IO[bytes]:
-        if self._fh is None:
-            # open for the spill's life (``close``), unlinked at once: nothing is left behind
-            self._fh = tempfile.TemporaryFile(  # noqa: SIM115
-                prefix="prvstream-rows-", dir=self._directory)
-        return self._fh
+        self._file = ScratchFile("prvstream-rows-", directory)
 
     def put(self, chunks: Mapping[str, Iterable[np.ndarray]]) -> HeldRows:
         """Append every kind's chunks (one write); where each went."""
         held: HeldRows = {}
         parts: list[np.ndarray] = []
-        at = self._end
+        at = self._file.end
         for kind, kind_chunks in chunks.items():
             slots = held.setdefault(kind, [])
             for chunk in kind_chunks:
@@ -61,13 +51,8 @@ class RowSpill:
                 if len(data):
                     parts.append(data.view(np.uint8))
                 at += data.nbytes
-        if at > self._end:
-            joined = np.concatenate(parts).data
-            fd = self._file().fileno()
-            done = 0
-            while done < len(joined):
-                done += os.pwrite(fd, joined[done:], self._end + done)
-            self._end = at
+        if parts:
+            self._file.append([np.concatenate(parts).data])
         return held
 
     def read(self, slot: _Slot) -> np.ndarray:
@@ -75,18 +60,15 @@ class RowSpill:
         offset, rows, dtype = slot
         out = np.empty(rows, dtype=dtype)
         if rows:
-            assert self._fh is not None
             view = out.view(np.uint8).data
-            got = os.preadv(self._fh.fileno(), [view], offset)
+            got = os.preadv(self._file.fileno(), [view], offset)
             if got != len(view):
                 raise OSError(f"held rows: read {got} of {len(view)} bytes")
         return out
 
     def close(self) -> None:
         """Remove the file (the held rows are gone)."""
-        if self._fh is not None:
-            fh, self._fh = self._fh, None
-            fh.close()
+        self._file.close()
 
 
 class HeldSource:

@@ -5,19 +5,17 @@ job is never all in memory, as objects or as bytes.
 
 from __future__ import annotations
 
-import os
-import tempfile
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, TypeVar
+from typing import TypeVar
 
 import msgspec
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.scratch import ScratchFile
 from prvstream.sinks.summary.records import SummaryRecord, decode_record, encode_record
 
 __all__ = ["ROWS_AT_ONCE", "EncodedRecord", "ListField", "RecordSpool", "encode_rows",
-           "read_slices", "record_pieces"]
+           "record_pieces"]
 
 log = get_logger(__name__)
 
@@ -104,45 +102,20 @@ def record_pieces(head: SummaryRecord, fields: Sequence[ListField]) -> Iterator[
     yield data[at:]
 
 
-#: bytes read back at a time
-_READ = 1 << 18
-
-
-def read_slices(fd: int, offset: int, length: int) -> Iterator[bytes]:
-    """``length`` bytes of file ``fd`` from ``offset``, ``_READ`` at a time."""
-    end = offset + length
-    while offset < end:
-        data = os.pread(fd, min(_READ, end - offset), offset)
-        if not data:
-            raise OSError(f"a spooled summary record ends early at byte {offset}")
-        offset += len(data)
-        yield data
-
-
 class RecordSpool:
     """Records written to an unlinked temporary file and read back from it in slices (the
     records of one update that the state keeps are written once and read twice)."""
 
     def __init__(self) -> None:
-        self._file: IO[bytes] | None = None
-        self._end = 0
+        self._file = ScratchFile("prvstream-update-")
 
     def clear(self) -> None:
         """Forget every record written (their space is reused)."""
-        if self._file is not None and self._end:
-            os.ftruncate(self._file.fileno(), 0)
-        self._end = 0
+        self._file.clear()
 
     def put(self, record: EncodedRecord) -> EncodedRecord:
         """``record`` written here, and read back from here at each ``pieces``."""
-        fh = self._file
-        if fh is None:
-            fh = self._file = tempfile.TemporaryFile(prefix="prvstream-update-")  # noqa: SIM115
-            weakref.finalize(self, fh.close)  # closed with the spool (the file is unlinked)
-        fd, start = fh.fileno(), self._end
-        for piece in record.pieces():
-            os.pwrite(fd, piece, self._end)
-            self._end += len(piece)
-        length = self._end - start
+        file = self._file
+        start, length = file.append(record.pieces())
         return EncodedRecord(record.view, record.name, record.index, record.start_ns,
-                             lambda: read_slices(fd, start, length))
+                             lambda: file.read_slices(start, length))

@@ -8,14 +8,12 @@ spliced from those bytes (the same bytes ``encode_record`` gives the decoded sta
 
 from __future__ import annotations
 
-import os
-import tempfile
-import weakref
 from collections.abc import Iterator
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.encoded import EncodedRecord, read_slices
+from prvstream.sinks.scratch import ScratchFile
+from prvstream.sinks.summary.encoded import EncodedRecord
 from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import (
     DEFAULT_RECENT,
@@ -50,8 +48,7 @@ class SpilledFolder(SummaryFolder):
 
     def __init__(self, state: SummaryState | None = None,
                  recent: int = DEFAULT_RECENT) -> None:
-        self._file: IO[bytes] | None = None
-        self._end = 0
+        self._file = ScratchFile("prvstream-summary-")
         self._live = 0
         self.refs: dict[tuple[str, str, int], _Ref] = {}
         super().__init__(None, recent)
@@ -92,45 +89,30 @@ class SpilledFolder(SummaryFolder):
             self._live -= ref.length
 
     def _put(self, key: tuple[str, str, int], record: EncodedRecord) -> None:
-        fh = self._file
-        if fh is None:
-            fh = self._file = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
-            weakref.finalize(self, fh.close)  # closed with the folder (the file is unlinked)
         old = self.refs.get(key)
         if old is not None:
             self._live -= old.length
-        start = self._end
-        for piece in record.pieces():  # never the whole record at once
-            os.pwrite(fh.fileno(), piece, self._end)
-            self._end += len(piece)
-        self.refs[key] = _Ref(start, self._end - start, record.start_ns, record.name,
-                              record.index)
-        self._live += self._end - start
-        dead = self._end - self._live
+        start, length = self._file.append(record.pieces())  # never the whole record at once
+        self.refs[key] = _Ref(start, length, record.start_ns, record.name, record.index)
+        self._live += length
+        dead = self._file.end - self._live
         if dead > _COMPACT_BYTES and dead > self._live:
             self._compact()
 
     def _compact(self) -> None:
         """Rewrite the live records into a new file."""
-        old = self._file
-        assert old is not None
-        new = tempfile.TemporaryFile(prefix="prvstream-summary-")  # noqa: SIM115
-        end = 0
+        old, new = self._file, ScratchFile("prvstream-summary-")
         for key, ref in list(self.refs.items()):
-            self.refs[key] = ref._replace(offset=end)
-            for data in read_slices(old.fileno(), ref.offset, ref.length):
-                os.pwrite(new.fileno(), data, end)
-                end += len(data)
+            offset, _ = new.append(old.read_slices(ref.offset, ref.length))
+            self.refs[key] = ref._replace(offset=offset)
         old.close()
-        weakref.finalize(self, new.close)
-        self._file, self._end, self._live = new, end, end
+        self._file, self._live = new, new.end
 
     def _read(self, ref: _Ref) -> bytes:
         return b"".join(self._slices(ref))
 
     def _slices(self, ref: _Ref) -> Iterator[bytes]:
-        assert self._file is not None
-        return read_slices(self._file.fileno(), ref.offset, ref.length)
+        return self._file.read_slices(ref.offset, ref.length)
 
     def _parts(self) -> tuple[_Ref | None, list[_Ref], list[_Ref], list[_Ref]]:
         """Where the cumulative record, the windows, phases and phase totals ``state`` holds

@@ -100,7 +100,7 @@ def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
                                   model=model, progress=progress, summary_jsonl=history)
         else:
             result = convert(args.inputs, out, settings, model=model, progress=progress,
-                             summary_jsonl=history)
+                             summary_jsonl=history, helper=True)
     finally:
         if progress is not None:
             progress.close()

@@ -9,25 +9,25 @@ k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow fr
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys.heldrows import RowSpill
-from prvstream.daemon.stream.pipeline import (
-    PreparedReport,
-    objects_of,
-    prepare,
-    value_labels_of,
+from prvstream.daemon.stream.dedupe import shares_processes
+from prvstream.daemon.stream.helper import (
+    OWN_SHARE,
+    BatchHelper,
+    HelperDiverged,
+    RemoteReport,
+    plan_one,
+    use_helper,
 )
+from prvstream.daemon.stream.pipeline import PreparedReport, objects_of
 from prvstream.daemon.stream.spool import InOrderReplay
-from prvstream.daemon.stream.trace import (
-    ConvertResult,
-    report_chunk_rows,
-    whole_rows,
-    write_trace,
-)
+from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchema
@@ -93,13 +93,15 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
     return [resolved[r] for r in sorted(resolved, key=str)], failed
 
 
-def _check_requested(reports: list[PreparedReport], wanted: list[str]) -> None:
-    """Raise when no input holds any kind ``--trace`` asked for; warn for each asked-for
-    kind no input holds (the trace is still useful without it)."""
-    found = {k for rep in reports for k in rep.kinds}
+def _check_requested(reports: list[tuple[list[str], dict[str, int]]], wanted: list[str]
+                     ) -> None:
+    """Raise when no input holds any kind ``--trace`` asked for (each report's kinds and
+    planned rows); warn for each asked-for kind no input holds (the trace is still useful
+    without it)."""
+    found = {k for kinds, _ in reports for k in kinds}
     # with the derived kinds their inputs give (links join API calls to the GPU work)
-    held = set(registry.to_convert({k for rep in reports
-                                    for k, n in rep.plan.counts.items() if n}))
+    held = set(registry.to_convert({k for _, counts in reports
+                                    for k, n in counts.items() if n}))
     names = ", ".join(user_kind(k) for k in sorted(held)) or "nothing prvstream converts"
     absent = [user_kind(k) for k in wanted if k not in found]
     if not found:
@@ -147,7 +149,7 @@ class SummaryHistory:
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
             progress: Callable[[int, int], None] | None = None,
-            summary_jsonl: Path | None = None) -> ConvertResult:
+            summary_jsonl: Path | None = None, *, helper: bool = False) -> ConvertResult:
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
@@ -157,51 +159,86 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     reports are committed together, so they make one summary update (a group commit,
     ``EfficiencyModel.hold_updates``): its records stream into ``summary_jsonl`` (else they
     are dropped), built once whatever the number of reports.
+
+    ``helper``: a batch of many reports gives the later part of its inputs to a forked
+    helper process (``stream.helper``: the second core), with the same outputs; where the
+    helper cannot give them (it failed, or ids grew while converting), the batch is
+    converted again in one process.
     """
     paths, failed = expand_inputs(inputs)
+    if helper and use_helper(paths, settings):
+        fresh = copy.deepcopy(model)  # nothing fed yet: what a second attempt starts from
+        try:
+            return _convert_paths(paths, list(failed), out, settings, model, progress,
+                                  summary_jsonl, helped=True)
+        except HelperDiverged as exc:
+            log.warning("helper_diverged", reason=str(exc),
+                        message=f"converting in one process: {exc}")
+            if model is not None and fresh is not None:
+                vars(model).clear()
+                vars(model).update(vars(fresh))
+    return _convert_paths(paths, failed, out, settings, model, progress, summary_jsonl,
+                          helped=False)
+
+
+def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
+                   settings: Settings, model: EfficiencyModel | None,
+                   progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
+                   *, helped: bool) -> ConvertResult:
     # several reports: a small one is read once, while planned, and streams from the spill
     spill = RowSpill() if len(paths) > 1 else None
+    helper = None
+    mine = paths
     try:
-        return _convert(paths, failed, out, settings, model, progress, summary_jsonl, spill)
+        if helped:
+            mine = paths[: int(len(paths) * OWN_SHARE)]
+            helper = BatchHelper.start(paths[len(mine):], settings, len(paths))
+        return _convert(paths, mine, failed, out, settings, model, progress, summary_jsonl,
+                        spill, helper)
     finally:
+        if helper is not None:
+            helper.close()
         if spill is not None:
             spill.close()
 
 
-def _convert(paths: list[Path], failed: list[tuple[str, str]], out: Path, settings: Settings,
-             model: EfficiencyModel | None, progress: Callable[[int, int], None] | None,
-             summary_jsonl: Path | None, spill: RowSpill | None) -> ConvertResult:
+def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]], out: Path,
+             settings: Settings, model: EfficiencyModel | None,
+             progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
+             spill: RowSpill | None, helper: BatchHelper | None) -> ConvertResult:
     reports: list[PreparedReport] = []
-    for path in paths:
+    for path in mine:
         try:
-            rep = prepare(path, settings.kinds or None,  # one report: its reads start now
-                          prefetch_rows=settings.chunk_rows if len(paths) == 1 else None,
-                          use_reader=settings.reader, presort=settings.presort, hold=spill,
-                          hold_rows=whole_rows(settings),
-                          chunk_rows=report_chunk_rows(settings, len(paths)))
+            reports.append(plan_one(path, settings, spill, len(paths)))
         except PrvstreamError as exc:
             failed.append((str(path), str(exc)))
-        else:
-            objects_of(rep)  # what numbering needs, read while the connection is open
-            value_labels_of(rep)
-            if len(paths) > 1:
-                rep.close()  # connections reopen one fan-in group at a time
-            reports.append(rep)
-    if not reports and len(failed) == 1:  # one input refused: its reason is the one line
+    remote: list[RemoteReport] = []
+    if helper is not None:
+        remote, unplanned = helper.planned()
+        failed.extend(unplanned)
+        if shares_processes({(h, p) for h, p, *_ in objects} for objects in [
+                *(objects_of(rep) for rep in reports), *(r.objects for r in remote)]):
+            raise HelperDiverged("reports share processes (their repeated records are "
+                                 "dropped by one merge)")
+    everything: list[PreparedReport | RemoteReport] = [*reports, *remote]
+    if not everything and len(failed) == 1:  # one input refused: its reason is the one line
         path_text, reason = failed[0]
         raise NotAnExport(reason if Path(path_text).name in reason else f"{path_text}: {reason}")
     for path_text, reason in failed:
         log.error("input_rejected", path=path_text, reason=reason,
                   message=f"skipped {path_text}: {reason}")
-    if not reports:
+    if not everything:
         raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
                           "(each reason is given above)")
     if settings.kinds:
-        _check_requested(reports, settings.kinds)
+        _check_requested([(r.kinds, r.counts if isinstance(r, RemoteReport)
+                           else r.plan.counts) for r in everything], settings.kinds)
     # the model takes the reports in canonical order, each as soon as it and every report
     # before it have streamed (they end in about that order: the merge opens them so)
-    replay = None if model is None or len(reports) == 1 else InOrderReplay(
-        model, [r.path for r in sorted(reports, key=lambda r: r.sort_key)], settings.fan_in)
+    replay = None if model is None or len(everything) == 1 else InOrderReplay(
+        model, [r.path for r in sorted(everything, key=lambda r: r.sort_key)], settings.fan_in)
+    if helper is not None and replay is not None:
+        helper.on_fed = replay.arrived
 
     def spool_for(rep: PreparedReport) -> Sink | None:
         if replay is None:
@@ -212,7 +249,8 @@ def _convert(paths: list[Path], failed: list[tuple[str, str]], out: Path, settin
     try:
         if model is not None and replay is not None:
             model.hold_updates()  # converted together: one update (issue 11)
-        result = write_trace(reports, out, settings, progress=progress, sink_for=spool_for)
+        result = write_trace(reports, out, settings, progress=progress,
+                             sink_for=spool_for if model is not None else None, helper=helper)
         if model is not None and replay is not None:
             replay.finish()
             model.release_updates()

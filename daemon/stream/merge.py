@@ -52,8 +52,10 @@ __all__ = [
     "merge",
     "merge_bounded",
     "merge_whole",
+    "read_run",
     "sort_batch",
     "sort_order",
+    "write_run",
 ]
 
 log = get_logger(__name__)
@@ -294,7 +296,7 @@ def _pieces(batch: RecordBatch, watermark: int, size: int) -> Iterator[tuple[Rec
 RUN_FRAME = 4096
 
 
-def _write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
+def write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
     """Spill a merged stream to a temporary run file (our own pickle frames of at least
     ``RUN_FRAME`` records but the last; a frame carries the watermark of its last batch)."""
     fd, name = tempfile.mkstemp(prefix="run-", suffix=".bin", dir=directory)
@@ -315,7 +317,7 @@ def _write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> P
     return Path(name)
 
 
-def _read_run(path: Path) -> Stream:
+def read_run(path: Path) -> Stream:
     """Stream a run file back, deleting it once read."""
     try:
         with path.open("rb") as fh:
@@ -330,7 +332,8 @@ def _read_run(path: Path) -> Stream:
 
 
 def merge_bounded(
-    streams: list[Stream], fan_in: int, tmpdir: str | os.PathLike[str] | None = None
+    streams: list[Stream], fan_in: int, tmpdir: str | os.PathLike[str] | None = None,
+    weights: list[int] | None = None,
 ) -> Iterator[tuple[RecordBatch, int]]:
     """Merge any number of streams with at most ``fan_in`` open at once.
 
@@ -339,7 +342,8 @@ def merge_bounded(
     which every input weighs one: the first run merges just enough inputs that every later
     merge is full, and each merge takes the lightest ``fan_in`` streams left (inputs before
     runs, earlier before later), so most records are spilled once and few twice (a merge is
-    the same whatever its grouping: only the data orders records).
+    the same whatever its grouping: only the data orders records). ``weights`` (default one
+    each) says how many inputs a stream stands for (a run merged elsewhere: merged last).
     """
     if fan_in < 2:
         raise ValueError("fan_in must be at least 2")
@@ -349,13 +353,15 @@ def merge_bounded(
     with tempfile.TemporaryDirectory(prefix="prvstream-merge-", dir=tmpdir) as scratch:
         directory = Path(scratch)
         #: (inputs it holds, sequence number, stream): a heap, lightest and earliest first
-        queue: list[tuple[int, int, Stream]] = [(1, i, s) for i, s in enumerate(streams)]
+        queue: list[tuple[int, int, Stream]] = [
+            (1 if weights is None else weights[i], i, s) for i, s in enumerate(streams)]
+        heapq.heapify(queue)
         size = (len(queue) - 1) % (fan_in - 1) + 1
         size = fan_in if size == 1 else size
         runs = 0
         while len(queue) > fan_in:
             group = [heapq.heappop(queue) for _ in range(size)]
-            run = _read_run(_write_run(merge([s for _, _, s in group]), directory))
+            run = read_run(write_run(merge([s for _, _, s in group]), directory))
             heapq.heappush(queue, (sum(w for w, _, _ in group), len(streams) + runs, run))
             runs += 1
             size = fan_in

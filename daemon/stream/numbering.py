@@ -103,6 +103,12 @@ class Numbering:
         self._grown.clear()
         return len(self.nodes), len(self.tasks), {g: len(v) for g, v in self.values.items()}
 
+    def grown_since(self, mark: tuple[int, int, dict[str, int]]) -> bool:
+        """Whether an id was added since ``mark`` (and no other ``mark`` since)."""
+        nodes, tasks, values = mark
+        return (bool(self._grown) or (nodes, tasks) != (len(self.nodes), len(self.tasks))
+                or values != {g: len(v) for g, v in self.values.items()})
+
     def undo(self, mark: tuple[int, int, dict[str, int]]) -> None:
         """Forget every id added since ``mark`` (in place: ``state`` stays the same object)."""
         nodes, tasks, values = mark

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -122,6 +122,13 @@ class ReportSpool:
         if self.info is None or not self.closed:
             raise RuntimeError("replay of a spool whose report did not finish")
         sink.begin_report(self.info)
+        for kind, batch in self.parts():  # an in-memory spool's tail after its file's
+            _feed(sink, kind, batch)
+        sink.end_report()
+
+    def parts(self) -> Iterator[tuple[int, object]]:
+        """The recorded feed, part by part (of a report that has ended), for ``recorded``
+        in another process."""
         if self._fh is not None:
             self._fh.flush()
             self._fh.seek(0)
@@ -130,11 +137,18 @@ class ReportSpool:
                     frame = pickle.load(self._fh)  # our own temporary file
                 except EOFError:
                     break
-                for kind, batch in frame:
-                    _feed(sink, kind, batch)
-        for kind, batch in self._held:  # the tail an in-memory spool kept (after the file's)
-            _feed(sink, kind, batch)
-        sink.end_report()
+                yield from frame
+        yield from self._held
+
+    @classmethod
+    def recorded(cls, info: ReportInfo, parts: list[tuple[int, object]]) -> ReportSpool:
+        """An ended in-memory spool holding ``parts`` (``parts`` of another process's)."""
+        spool = cls(in_memory=True)
+        spool.info = info
+        spool._held = parts
+        spool._held_rows = _HOLD_ROWS  # never added to
+        spool.closed = True
+        return spool
 
     def detach(self) -> tuple[str, ReportInfo]:
         """Flush and close a finished spool, keeping its file, for another process to
@@ -190,6 +204,11 @@ class InOrderReplay:
                             on_end=lambda done: self._ended(self._place[key], done))
         self._spools[key] = spool
         return spool
+
+    def arrived(self, key: Hashable, spool: ReportSpool) -> None:
+        """The ended spool of report ``key``, recorded elsewhere (``ReportSpool.recorded``)."""
+        self._spools[key] = spool
+        self._ended(self._place[key], spool)
 
     def _ended(self, place: int, spool: ReportSpool) -> None:
         self._waiting.append((place, spool))

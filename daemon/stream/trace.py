@@ -20,6 +20,7 @@ from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.stream.claims import earlier_claims, host_claims
 from prvstream.daemon.stream.dedupe import Repeats, drop_repeats, shares_processes
+from prvstream.daemon.stream.helper import BatchHelper, HelperDiverged, RemoteReport
 from prvstream.daemon.stream.merge import (
     KEY_TIME,
     RecordBatch,
@@ -118,6 +119,14 @@ def whole_rows(settings: Settings) -> int:
     return min(settings.chunk_rows, _WHOLE_ROWS)
 
 
+def _numbered(rep: PreparedReport | RemoteReport
+              ) -> tuple[ReportObjects, dict[str, set[str]]]:
+    """What numbering needs of a report, planned here or by the helper."""
+    if isinstance(rep, RemoteReport):
+        return rep.objects, rep.value_labels
+    return objects_of(rep), value_labels_of(rep)
+
+
 def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
     """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
     return numbering_of((objects_of(rep), value_labels_of(rep)) for rep in ordered)
@@ -151,6 +160,7 @@ def write_trace(
     header_capacity: int = 0,
     thread_last: dict[tuple[int, int], int] | None = None,
     on_batch: Callable[[RecordBatch], None] | None = None,
+    helper: BatchHelper | None = None,
 ) -> ConvertResult:
     """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
 
@@ -160,26 +170,41 @@ def write_trace(
     per report) receive the GPU activity. ``thread_last``, when given, is filled with each
     (task, thread)'s last record time; ``on_batch`` sees every batch written. Memory: chunk x
     fan-in.
+
+    ``helper`` (canonical numbering only) converts the reports it planned
+    (``helper.remote``) in its own process; its records join the merge as one run.
     """
     started = time.perf_counter()
-    result = ConvertResult(reports=[str(r.path) for r in reports])
-    if not reports:
+    remote = [] if helper is None else helper.remote
+    everything: list[PreparedReport | RemoteReport] = [*reports, *remote]
+    result = ConvertResult(reports=[str(r.path) for r in everything])
+    if not everything:
         raise NotAnExport("no convertible export among the inputs")
-    ordered = sorted(reports, key=lambda r: r.sort_key)
+    ordered = sorted(everything, key=lambda r: r.sort_key)
     if origin is None:
         origin = min(r.wall_start for r in ordered)
-    ids = canonical_numbering(ordered) if numbering is None else numbering
-    planned_rows = sum(sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
+    ids = numbering_of(_numbered(r) for r in ordered) if numbering is None else numbering
+    planned_rows = sum(sum(r.counts.get(k, 0) for k in r.kinds) if isinstance(r, RemoteReport)
+                       else sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
 
-    repeating = shares_processes({(h, p) for h, p, *_ in objects_of(r)} for r in ordered)
-    if len(ordered) > 1:  # planned: free every connection until its report streams
-        for rep in ordered:
+    repeating = shares_processes({(h, p) for h, p, *_ in _numbered(r)[0]} for r in ordered)
+    if len(reports) > 1:  # planned: free every connection until its report streams
+        for rep in reports:
             rep.close()
     chunk_rows = report_chunk_rows(settings, len(ordered))
 
-    earlier = earlier_claims([host_claims(r) for r in ordered])
+    earlier = earlier_claims([r.claims if isinstance(r, RemoteReport) else host_claims(r)
+                              for r in ordered])
+    mark = ids.mark() if helper is not None else None
+    if helper is not None:
+        helper.on_hostile = lambda name, counts: note_hostile(result.hostile, name, counts)
+        helper.convert(ids, origin, [(r, i, earlier[i]) for i, r in enumerate(ordered)
+                                     if isinstance(r, RemoteReport)], chunk_rows,
+                       feed=sink_for is not None)
 
     def lazy(index: int, rep: PreparedReport) -> Stream:
+        if helper is not None:
+            helper.poll()  # the helper's feeds replayed as they come
         rep.open(chunk_rows)
         ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern,
                                    settings.rank_pattern, earlier[index])
@@ -192,7 +217,11 @@ def write_trace(
         finally:
             rep.close()
 
-    streams = [lazy(i, rep) for i, rep in enumerate(ordered)]
+    streams = [lazy(i, rep) for i, rep in enumerate(ordered) if isinstance(rep, PreparedReport)]
+    weights = None
+    if helper is not None and remote:
+        streams.append(helper.stream())
+        weights = [1] * (len(streams) - 1) + [len(remote)]
     out.parent.mkdir(parents=True, exist_ok=True)
     prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
     for path in (prv, pcf, row):
@@ -207,7 +236,8 @@ def write_trace(
             fh.write(placeholder(capacity))
             writer = PrvWriter(fh, behind=True)  # text formatted and written by a thread
             # one report's stream is already merged; several are merged with bounded fan-in
-            merged = streams[0] if len(streams) == 1 else merge_bounded(streams, settings.fan_in)
+            merged = streams[0] if len(streams) == 1 else merge_bounded(
+                streams, settings.fan_in, weights=weights)
             repeats = Repeats()
             if repeating:  # overlapping capture ranges of one process hold records twice
                 merged = drop_repeats(merged, repeats)
@@ -227,6 +257,11 @@ def write_trace(
                 writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity))
             finally:
                 writer.close()  # the thread stops before the file closes
+        if helper is not None:
+            result.rows.update(helper.rows)
+            result.kind_records.update(helper.kind_records)
+            if mark is not None and ids.grown_since(mark):  # ids grew here: not the helper's
+                raise HelperDiverged("a report registered ids the numbering lacked")
         pcf_bytes, row_bytes = trace_metadata(ids)
         atomic_write(pcf, pcf_bytes)
         atomic_write(row, row_bytes)

@@ -171,7 +171,7 @@ def test_runs_spill_the_fewest_records_with_at_most_fan_in_streams_open(
     the other 15 (every other stream's records are never spilled); 400 and 16: most records
     are spilled once, none more than twice, and no more than 16 streams are ever open."""
     spilled: list[int] = []
-    write = merge_module._write_run
+    write = merge_module.write_run
 
     def counting(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
         def count() -> Iterator[tuple[RecordBatch, int]]:
@@ -180,7 +180,7 @@ def test_runs_spill_the_fewest_records_with_at_most_fan_in_streams_open(
                 yield batch, mark
         return write(count(), directory)
 
-    monkeypatch.setattr(merge_module, "_write_run", counting)
+    monkeypatch.setattr(merge_module, "write_run", counting)
     open_now = [0]
     most = [0]
 

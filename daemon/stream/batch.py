@@ -9,7 +9,6 @@ k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow fr
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -167,6 +166,8 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     """
     paths, failed = expand_inputs(inputs)
     if helper and use_helper(paths, settings):
+        import copy  # only here: a batch with a helper
+
         fresh = copy.deepcopy(model)  # nothing fed yet: what a second attempt starts from
         try:
             return _convert_paths(paths, list(failed), out, settings, model, progress,

@@ -10,13 +10,14 @@ import contextlib
 import fcntl
 import os
 import pickle
+import select
 import shutil
 import signal
+import struct
 import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,48 @@ MIN_REPORTS = 32
 OWN_SHARE = 1 / 2
 #: bytes the helper's message pipe buffers (its messages never wait for the converter)
 _PIPE_BYTES = 1 << 20
+
+
+class _Channel:
+    """One direction of a pipe carrying pickled messages, each behind its length."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        body = pickle.dumps(msg, protocol=5)
+        data = memoryview(struct.pack("<Q", len(body)) + body)
+        while len(data):
+            data = data[os.write(self.fd, data):]
+
+    def recv(self) -> tuple[Any, ...]:
+        (size,) = struct.unpack("<Q", self._read(8))
+        msg: tuple[Any, ...] = pickle.loads(self._read(size))  # from the other side of a fork
+        return msg
+
+    def poll(self) -> bool:
+        """Whether a message (or the end) waits to be read."""
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+    def _read(self, size: int) -> bytes:
+        parts, left = [], size
+        while left:
+            part = os.read(self.fd, min(left, _PIPE_BYTES))
+            if not part:
+                raise EOFError("the other process closed the pipe")
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+
+def _pipe() -> tuple[_Channel, _Channel]:
+    """(read end, write end)."""
+    r, w = os.pipe()
+    return _Channel(r), _Channel(w)
 
 
 class HelperDiverged(Exception):
@@ -114,7 +157,7 @@ def plan_one(path: Path, settings: Settings, spill: RowSpill | None, reports: in
 class BatchHelper:
     """The converter's side of a helper process (``start`` forks it)."""
 
-    def __init__(self, pid: int, inbox: Connection, outbox: Connection, scratch: Path,
+    def __init__(self, pid: int, inbox: _Channel, outbox: _Channel, scratch: Path,
                  xfer: ScratchFile) -> None:
         self.pid = pid
         self._inbox, self._outbox = inbox, outbox
@@ -135,10 +178,10 @@ class BatchHelper:
         scratch = Path(tempfile.mkdtemp(prefix="prvstream-helper-"))
         xfer = ScratchFile("prvstream-helper-")
         xfer.fileno()  # opened before the fork: both processes hold it
-        inbox, child_out = Pipe(duplex=False)
-        child_in, outbox = Pipe(duplex=False)
+        inbox, child_out = _pipe()
+        child_in, outbox = _pipe()
         with contextlib.suppress(OSError):  # a smaller pipe only makes the helper wait
-            fcntl.fcntl(child_out.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+            fcntl.fcntl(child_out.fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         pid = os.fork()
         if pid == 0:  # the helper: never returns into the converter's stack
             code = 1
@@ -226,7 +269,7 @@ class BatchHelper:
             raise HelperDiverged(f"the helper sent {msg[0]!r} while converting")
 
 
-def _helper_main(inbox: Connection, outbox: Connection, paths: list[Path], settings: Settings,
+def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings: Settings,
                  reports: int, scratch: Path, xfer: ScratchFile) -> None:
     """The helper process: plan, send the facts, then convert on request."""
     spill = RowSpill()  # its own: the converter's spill is not shared

@@ -12,6 +12,7 @@ overlap, as the trace's host states do.
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -21,6 +22,7 @@ import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
+from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
 from prvstream.sinks.efficiency.rowstore import RowStore
@@ -29,6 +31,8 @@ from prvstream.sinks.summary.records import HostMetrics, HostRow
 
 __all__ = [
     "HOST_WIDTH",
+    "MPI_SPAN",
+    "SPAN",
     "HostParts",
     "HostProcess",
     "HostSample",
@@ -38,43 +42,78 @@ __all__ = [
     "outside",
     "restore_process",
     "thread_spans",
+    "threads",
 ]
 
 log = get_logger(__name__)
 
 #: columns of a host totals row: ns in the CUDA runtime, ns in MPI
 HOST_WIDTH = 2
+#: a process's row and its threads' (``HostProcess.log``'s first slots, ``HostWindows``)
+_SUMS = 2 * HOST_WIDTH
+#: ``HostProcess.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
+SPAN, MPI_SPAN = -1, -2
 
 
 Spans = list[tuple[int, int]]
-Table = dict[int, list[int]]
 #: host metrics with ``hosts`` left empty, and what makes their rows (again at each call)
 HostParts = tuple[HostMetrics, Callable[[], Iterator[HostRow]]]
 
 
-class HostProcess(msgspec.Struct):
-    """One host process of the job: its captured spans and its call time per view, as a
-    process (union over its threads) and summed over its host threads (each its own union)."""
+class HostProcess(msgspec.Struct, gc=False):
+    """One host process of the job: its captured spans and its call time as a process (union
+    over its threads) and summed over its host threads (each its own union); its time per
+    window is in ``HostTotals.windows`` under ``id``. One array holds what grows with its
+    reports, so a process of a small report is a few hundred bytes."""
 
     host: str
     pid: int
+    #: its number in the model (the order first met)
+    id: int
     rank: int | None = None
-    #: wall-clock spans of its reports that have calls of it (only those count), and of those
-    #: with MPI calls (MPI metrics are computed where any process has such a span)
-    spans: Spans = msgspec.field(default_factory=list)
-    mpi_spans: Spans = msgspec.field(default_factory=list)
-    totals: list[int] = msgspec.field(default_factory=lambda: [0] * HOST_WIDTH)
-    #: window index -> totals row
-    windows: Table = msgspec.field(default_factory=dict)
-    #: phase instance id -> totals row (time inside the process's own occurrence)
-    instances: RowStore = msgspec.field(default_factory=lambda: RowStore(HOST_WIDTH))
-    #: (host thread's OS tid, start, end) of each span it is captured over (the reports that
-    #: give it states), flattened records in the order they were added (``thread_spans``)
-    threads: array[int] = msgspec.field(default_factory=lambda: array("q"))
-    #: the same rows, each the sum over its threads of the thread's own union of calls
-    thread_totals: list[int] = msgspec.field(default_factory=lambda: [0] * HOST_WIDTH)
-    thread_windows: Table = msgspec.field(default_factory=dict)
-    thread_instances: RowStore = msgspec.field(default_factory=lambda: RowStore(HOST_WIDTH))
+    #: ns in the CUDA runtime and in MPI (``HOST_WIDTH``) as a process, then summed over its
+    #: threads; then (tag, start, end) records in the order added: the wall-clock spans of its
+    #: reports that have calls of it (tag ``SPAN``; only those count), of those with MPI calls
+    #: (``MPI_SPAN``: MPI metrics are computed where any process has such a span), and of each
+    #: span a host thread is captured over (tag: its OS tid; the reports that give it states)
+    log: array[int] = msgspec.field(default_factory=lambda: array("q", bytes(8 * _SUMS)))
+    #: phase instance id -> totals row (time inside the process's own occurrence), then the
+    #: same summed over its threads (None until it has one)
+    instances: RowStore | None = None
+
+    @property
+    def spans(self) -> Spans:
+        return self._tagged(SPAN)
+
+    @property
+    def mpi_spans(self) -> Spans:
+        return self._tagged(MPI_SPAN)
+
+    @property
+    def totals(self) -> list[int]:
+        return self.log[:HOST_WIDTH].tolist()
+
+    @property
+    def thread_totals(self) -> list[int]:
+        return self.log[HOST_WIDTH:_SUMS].tolist()
+
+    def records(self) -> np.ndarray:
+        """The (tag, start, end) records (a copy: the array grows)."""
+        return np.array(self.log[_SUMS:], np.int64).reshape(-1, 3)
+
+    def _tagged(self, tag: int) -> Spans:
+        recs = self.records()
+        mine = recs[recs[:, 0] == tag]
+        return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
+
+    def add_span(self, tag: int, span: tuple[int, int]) -> None:
+        """Record a span of the process (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
+        self.log.extend((tag, *span))
+
+    def instance_rows(self) -> RowStore:
+        if self.instances is None:
+            self.instances = RowStore(_SUMS)
+        return self.instances
 
 
 class _Open(msgspec.Struct):
@@ -130,14 +169,22 @@ class HostTotals:
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
         self.processes: dict[tuple[str, int], HostProcess] = {}
+        #: every process's time per window (its row, then its threads')
+        self.windows = HostWindows(_SUMS)
         self._open: _Open | None = None
+
+    def process(self, host: str, pid: int, rank: int | None) -> HostProcess:
+        """A new process of the job (its host name interned: a job's processes share few)."""
+        hp = self.processes[(host, pid)] = HostProcess(sys.intern(host), pid,
+                                                       len(self.processes), rank)
+        return hp
 
     def begin(self, info: ReportInfo, origin: int) -> None:
         procs = []
         for p in info.processes:
             hp = self.processes.get((p.host, p.pid))
             if hp is None:
-                hp = self.processes[(p.host, p.pid)] = HostProcess(p.host, p.pid, p.rank)
+                hp = self.process(p.host, p.pid, p.rank)
             elif p.rank is not None:
                 hp.rank = p.rank if hp.rank is None else min(hp.rank, p.rank)
             procs.append(hp)
@@ -189,9 +236,9 @@ class HostTotals:
         """Pack the phase rows no call adds time to any more: below the smallest occurrence
         still open in the process (all of them at the end of the report)."""
         for i, hp in enumerate(rep.procs):
-            lst = None if final else rep.phases.get(i)
-            for store in (hp.instances, hp.thread_instances):
-                store.settle(min(p[2] for p in lst) if lst else None)
+            if hp.instances is not None:
+                lst = None if final else rep.phases.get(i)
+                hp.instances.settle(min(p[2] for p in lst) if lst else None)
 
     def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
                e: np.ndarray) -> None:
@@ -208,31 +255,29 @@ class HostTotals:
             if kind == HostKind.MPI:
                 rep.mpi.add(proc)
             lo, hi = outside(lo[keep], hi[keep], hp.spans)
-            totals, windows, instances = hp.totals, hp.windows, hp.instances
+            col = kind
         else:
             rep.seen.setdefault(proc, set()).add(tid)
             lo, hi = outside(lo[keep], hi[keep], thread_spans(hp, tid))
-            totals, windows, instances = hp.thread_totals, hp.thread_windows, \
-                hp.thread_instances
+            col = HOST_WIDTH + kind
         if len(lo):
-            totals[kind] += int((hi - lo).sum())
-            self._attribute(windows, kind, lo, hi)
-            _phases(instances, kind, rep.phases.get(proc), lo, hi)
+            hp.log[col] += int((hi - lo).sum())
+            self._attribute(hp.id, col, lo, hi)
+            _phases(hp, col, rep.phases.get(proc), lo, hi)
 
-    def _attribute(self, windows: Table, kind: int, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Add disjoint pieces [lo, hi) to the windows they fall in."""
+    def _attribute(self, proc: int, col: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Add disjoint pieces [lo, hi) to column ``col`` of the windows they fall in."""
         w = self.window_ns
         k0, k1 = lo // w, (hi - 1) // w
         single = k0 == k1
         ks, inv = unique_inverse(k0[single])
         sums = np.zeros(len(ks), np.int64)
         np.add.at(sums, inv, (hi - lo)[single])
-        for k, total in zip(ks.tolist(), sums.tolist(), strict=True):
-            windows.setdefault(k, [0] * HOST_WIDTH)[kind] += total
+        self.windows.add(proc, col, ks.tolist(), sums.tolist())
         for a, b in zip(lo[~single].tolist(), hi[~single].tolist(), strict=True):
-            for k in range(a // w, (b - 1) // w + 1):
-                row = windows.setdefault(k, [0] * HOST_WIDTH)
-                row[kind] += min(b, (k + 1) * w) - max(a, k * w)
+            span = list(range(a // w, (b - 1) // w + 1))
+            self.windows.add(proc, col, span, [min(b, (k + 1) * w) - max(a, k * w)
+                                               for k in span])
 
     def end(self) -> None:
         rep = self._open
@@ -243,13 +288,13 @@ class HostTotals:
             span = (rep.lo, rep.hi)
             for i in sorted(rep.called):
                 if span not in rep.procs[i].spans:
-                    rep.procs[i].spans.append(span)
+                    rep.procs[i].add_span(SPAN, span)
             for i in sorted(rep.mpi):
                 if span not in rep.procs[i].mpi_spans:
-                    rep.procs[i].mpi_spans.append(span)
+                    rep.procs[i].add_span(MPI_SPAN, span)
             for i, hp in enumerate(rep.procs):
                 for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
-                    hp.threads.extend((tid, *span))
+                    hp.add_span(tid, span)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostParts | None:
@@ -258,7 +303,7 @@ class HostTotals:
         time). None when no host process was captured there."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
-        zero = [0] * HOST_WIDTH
+        zero = [0] * _SUMS
 
         def samples() -> Iterator[tuple[HostProcess, HostSample]]:
             for key in sorted(self.processes):
@@ -267,11 +312,10 @@ class HostTotals:
                 each = [covered(sp, start, end) for sp in by_thread(hp)]
                 if t <= 0 and not any(each):
                     continue
-                v = hp.totals if window is None else hp.windows.get(window, zero)
-                tv = hp.thread_totals if window is None else hp.thread_windows.get(window,
-                                                                                   zero)
+                v = hp.log[:_SUMS].tolist() if window is None else \
+                    self.windows.get(window, hp.id) or zero
                 yield hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
-                                     sum(1 for x in each if x > 0), sum(each), tv[0], tv[1])
+                                     sum(1 for x in each if x > 0), sum(each), v[2], v[3])
 
         return _rows_metrics(samples, start, end)
 
@@ -293,9 +337,9 @@ class HostTotals:
             if t <= 0 and not any(each):
                 continue
             mpi = mpi or covered(hp.mpi_spans, s, e) > 0
-            found, t_found = hp.instances.get(i), hp.thread_instances.get(i)
-            v = zero if found is None else found.tolist()
-            tv = zero if t_found is None else t_found.tolist()
+            found = None if hp.instances is None else hp.instances.get(i)
+            v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
+                                                         found[HOST_WIDTH:].tolist())
             row = at.get(key)
             if row is None:
                 row = at[key] = len(acc)
@@ -313,16 +357,17 @@ class HostTotals:
         return _rows_metrics(samples, lo, hi, mpi)
 
 
-def _phases(instances: RowStore, kind: int, recent: list[tuple[int, int, int]] | None,
+def _phases(hp: HostProcess, col: int, recent: list[tuple[int, int, int]] | None,
             lo: np.ndarray, hi: np.ndarray) -> None:
-    """Add the parts of pieces [lo, hi) inside each open phase occurrence."""
+    """Add the parts of pieces [lo, hi) inside each open phase occurrence to column ``col``
+    of the process's instance rows."""
     if not recent:
         return
     r = np.array(recent, np.int64)
     inside = covered_by(lo, hi, r[:, 0], r[:, 1])
     nz = inside > 0
     if nz.any():
-        instances.add(r[nz, 2], inside[nz], kind)
+        hp.instance_rows().add(r[nz, 2], inside[nz], col)
 
 
 def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], start: int,
@@ -410,28 +455,35 @@ def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
 
 def thread_spans(hp: HostProcess, tid: int) -> Spans:
     """The spans host thread ``tid`` of ``hp`` is captured over, in the order added."""
-    if not hp.threads:
-        return []
-    recs = np.array(hp.threads, np.int64).reshape(-1, 3)  # a copy: the array grows
-    mine = recs[recs[:, 0] == tid]
-    return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
+    return hp._tagged(tid)
+
+
+def threads(hp: HostProcess) -> list[tuple[int, int, int]]:
+    """(tid, start, end) of each span a host thread of ``hp`` is captured over, in order."""
+    t = hp.log[_SUMS:].tolist()
+    return [(t[j], t[j + 1], t[j + 2]) for j in range(0, len(t), 3) if t[j] >= 0]
 
 
 def by_thread(hp: HostProcess) -> list[Spans]:
     """Each host thread's spans (``thread_spans``), threads in the order first met."""
     out: dict[int, Spans] = {}
-    t = hp.threads.tolist()
-    for j in range(0, len(t), 3):
-        out.setdefault(t[j], []).append((t[j + 1], t[j + 2]))
+    for tid, s, e in threads(hp):
+        out.setdefault(tid, []).append((s, e))
     return list(out.values())
 
 
-def restore_process(host: str, pid: int, rank: int | None, spans: Sequence[Sequence[int]],
-                    mpi_spans: Sequence[Sequence[int]], totals: Sequence[int],
-                    keys: Sequence[int], values: Sequence[int]) -> HostProcess:
-    """A process from its exported state (``partial.HostState``; phase rows added after)."""
-    return HostProcess(host, pid, rank, [(s[0], s[1]) for s in spans],
-                       [(s[0], s[1]) for s in mpi_spans],
-                       list(totals) or [0] * HOST_WIDTH,
-                       {k: list(values[i * HOST_WIDTH:(i + 1) * HOST_WIDTH])
-                        for i, k in enumerate(keys)})
+def restore_process(totals: HostTotals, host: str, pid: int, rank: int | None,
+                    spans: Sequence[Sequence[int]], mpi_spans: Sequence[Sequence[int]],
+                    threads: Sequence[Sequence[int]], sums: Sequence[int],
+                    thread_sums: Sequence[int]) -> HostProcess:
+    """A process of ``totals`` from its exported state (``partial.HostState``; its windows
+    and phase rows added after)."""
+    hp = totals.process(host, pid, rank)
+    hp.log[:_SUMS] = array("q", [*(sums or [0] * HOST_WIDTH),
+                                 *(thread_sums or [0] * HOST_WIDTH)])
+    for tag, recs in ((SPAN, spans), (MPI_SPAN, mpi_spans)):
+        for s in recs:
+            hp.add_span(tag, (s[0], s[1]))
+    for t in threads:
+        hp.add_span(t[0], (t[1], t[2]))
+    return hp

@@ -15,9 +15,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from prvstream.sinks.efficiency.host import HOST_WIDTH, HostProcess, restore_process
+from prvstream.sinks.efficiency.host import (
+    HOST_WIDTH,
+    HostProcess,
+    restore_process,
+    threads,
+)
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
-from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.efficiency.tables import Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
@@ -183,8 +187,7 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
                            processes=list(_process_states(m)),
                            tables=m._tables.export(), phase_tables=_phase_tables(m),
                            notes=dict(sorted(m._notes.items())),
-                           hosts=[_host_state(m, hp)
-                                  for _, hp in sorted(m._host.processes.items())],
+                           hosts=list(_host_states(m)),
                            nvtx=_nvtx_state(m))
 
 
@@ -202,8 +205,7 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
     lists: dict[str, tuple[int, Iterator[Any]]] = {
         "devices": (len(m._devices), _device_states(m)),
         "processes": (len({proc for proc, _ in m._occ_spans}), _process_states(m)),
-        "hosts": (len(m._host.processes),
-                  (_host_state(m, hp) for _, hp in sorted(m._host.processes.items())))}
+        "hosts": (len(m._host.processes), _host_states(m))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
                             "notes": dict(sorted(m._notes.items())), "nvtx": _nvtx_state(m)}
     yield _header(0x80, 0xDE, len(fields))
@@ -279,22 +281,47 @@ def _rows(table: dict[int, list[int]]) -> Rows:
     return Rows(keys, [x for k in keys for x in table[k]])
 
 
-def _host_state(m: EfficiencyModel, hp: HostProcess) -> HostState:
-    def by_name(instances: RowStore) -> dict[str, Rows]:
-        out: dict[str, dict[int, list[int]]] = {}
-        ids, vals = instances.rows()
-        for i, row in zip(ids.tolist(), vals.tolist(), strict=True):
-            out.setdefault(m._names[int(m._i_name[i])].name, {})[int(m._i_occ[i])] = row
-        return {n: _rows(t) for n, t in sorted(out.items())}
+def _host_states(m: EfficiencyModel) -> Iterator[HostState]:
+    """Each host process's state, in (host, pid) order, built one at a time."""
+    procs, windows, rows = m._host.windows.by_process()
+    for _, hp in sorted(m._host.processes.items()):
+        a, b = np.searchsorted(procs, [hp.id, hp.id + 1]).tolist()
+        yield _host_state(m, hp, windows[a:b], rows[a:b])
 
+
+def _halves(keys: np.ndarray, rows: np.ndarray) -> tuple[Rows, Rows]:
+    """A process's rows and its threads' (``HOST_WIDTH`` columns each), rows of zeros left
+    out."""
+    out = []
+    for half in (rows[:, :HOST_WIDTH], rows[:, HOST_WIDTH:]):
+        nz = half.any(axis=1)
+        out.append(Rows(keys[nz].tolist(), half[nz].ravel().tolist()))
+    return out[0], out[1]
+
+
+def _host_state(m: EfficiencyModel, hp: HostProcess, windows: np.ndarray,
+                rows: np.ndarray) -> HostState:
+    instances: dict[str, Rows] = {}
+    thread_instances: dict[str, Rows] = {}
+    if hp.instances is not None:
+        ids, vals = hp.instances.rows()
+        nids = m._i_name[ids]
+        for nid in sorted(set(nids.tolist()), key=lambda n: m._names[n].name):
+            sel = nids == nid
+            occ = m._i_occ[ids[sel]]
+            order = np.argsort(occ, kind="stable")
+            own, theirs = _halves(occ[order], vals[sel][order])
+            name = m._names[nid].name
+            if own.keys:
+                instances[name] = own
+            if theirs.keys:
+                thread_instances[name] = theirs
+    own_w, theirs_w = _halves(windows, rows)
     return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
-                     mpi_spans=sorted(hp.mpi_spans), totals=list(hp.totals),
-                     windows=_rows(hp.windows), instances=by_name(hp.instances),
-                     threads=sorted((t[j], t[j + 1], t[j + 2])
-                                    for t in (hp.threads,) for j in range(0, len(t), 3)),
-                     thread_totals=list(hp.thread_totals),
-                     thread_windows=_rows(hp.thread_windows),
-                     thread_instances=by_name(hp.thread_instances))
+                     mpi_spans=sorted(hp.mpi_spans), totals=hp.totals, windows=own_w,
+                     instances=instances, threads=sorted(threads(hp)),
+                     thread_totals=hp.thread_totals, thread_windows=theirs_w,
+                     thread_instances=thread_instances)
 
 
 def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DEFAULT_RECENT,
@@ -331,21 +358,17 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
     for h in state.hosts:
-        hp = m._host.processes[(h.host, h.pid)] = restore_process(
-            h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.totals, h.windows.keys,
-            h.windows.values)
-        for span in h.threads:
-            hp.threads.extend(span)
-        hp.thread_totals = list(h.thread_totals) or [0] * HOST_WIDTH
-        flat = h.thread_windows.values
-        hp.thread_windows = {k: list(flat[i * HOST_WIDTH:(i + 1) * HOST_WIDTH])
-                             for i, k in enumerate(h.thread_windows.keys)}
-        for target, named in ((hp.instances, h.instances),
-                              (hp.thread_instances, h.thread_instances)):
+        hp = restore_process(m._host, h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.threads,
+                             h.totals, h.thread_totals)
+        for col, rows in ((0, h.windows), (HOST_WIDTH, h.thread_windows)):
+            m._host.windows.load(hp.id, col, rows.keys, rows.values)
+        for col, named in ((0, h.instances), (HOST_WIDTH, h.thread_instances)):
             for name, rows in named.items():
                 ids = m._names[m._name_ids[name]].instances
-                target.load(ids[np.asarray(rows.keys, np.int64)],
-                            np.asarray(rows.values, np.int64).reshape(-1, HOST_WIDTH))
+                vals = np.zeros((len(rows.keys), 2 * HOST_WIDTH), np.int64)
+                vals[:, col:col + HOST_WIDTH] = np.asarray(rows.values, np.int64).reshape(
+                    -1, HOST_WIDTH)
+                hp.instance_rows().load(ids[np.asarray(rows.keys, np.int64)], vals)
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}

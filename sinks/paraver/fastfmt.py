@@ -4,7 +4,8 @@ Records travel through the merge as numbers (a template id and up to ``WIDTH`` i
 fields) and become text only when written, so that no Python object is made per record. The
 compiled ``_fastfmt`` module formats a whole batch at C speed; where it could not be built,
 a pure-Python formatter gives the same bytes (the tests compare the two). ``write_records``
-formats and writes to a file descriptor in one call, without the GIL where C is in use.
+formats and writes to a file descriptor in one call, without the GIL where C is in use;
+``RecordThread`` does so in a C thread that never takes the GIL.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["FORMATTER", "WIDTH", "WRITER", "format_records", "template", "text_slices",
-           "write_records"]
+__all__ = ["FORMATTER", "THREAD", "WIDTH", "WRITER", "RecordThread", "format_records", "template",
+           "text_slices", "write_records"]
 
 log = get_logger(__name__)
 
@@ -35,6 +37,8 @@ FORMATTER = OptionalExtension("prvstream.sinks.paraver._fastfmt", "format_record
                               "record formatter")
 #: the same text written straight to a file descriptor (built with the formatter)
 WRITER = OptionalExtension("prvstream.sinks.paraver._fastfmt", "write_records", "record writer")
+#: ``write_records`` in a C thread of its own (built with the formatter)
+THREAD = OptionalExtension("prvstream.sinks.paraver._fastfmt", "Behind", "record writer thread")
 
 
 def template(fmt: str) -> int:
@@ -110,3 +114,31 @@ def _format_python(fields: np.ndarray, tmpl: np.ndarray) -> bytes:
         for i, row in zip(idx.tolist(), rows, strict=True):
             lines[i] = fmt % tuple(row)
     return "".join(lines).encode()
+
+
+class RecordThread:
+    """``write_records`` to ``fd`` by a C thread that never takes the GIL: ``write`` hands a
+    batch over and returns while fewer than two wait or are being written (the caller must
+    not change its arrays after); the batches are written in order. A write error is raised
+    by the next ``write``, by ``flush`` or by ``close``. Only where ``THREAD.compiled()``."""
+
+    def __init__(self, fd: int) -> None:
+        cls = THREAD.use()
+        if cls is None:
+            raise RuntimeError("the compiled record writer thread is not in use")
+        self._c: Any = cls(fd)
+
+    def write(self, fields: np.ndarray, tmpl: np.ndarray) -> None:
+        if len(tmpl):
+            fields = np.ascontiguousarray(fields, dtype=np.int64)
+            self._c.write(_TEMPLATES, fields, fields.shape[1],
+                          np.ascontiguousarray(tmpl, dtype=np.int16))
+
+    def flush(self) -> None:
+        """Wait until every batch handed over is written."""
+        self._c.flush()
+
+    def close(self, drop: bool = False) -> None:
+        """End the thread after the batches handed over (``drop``: without writing those
+        not begun, and without raising). Idempotent."""
+        self._c.close(drop)

@@ -5,7 +5,8 @@ file rewritten when it outgrew its capacity), and the .pcf/.row that follow from
 It takes what the daemon computed (layout, event types, record batches) and imports nothing of
 the daemon. With ``behind`` the text is formatted and written by a thread of its own: the C
 formatter and the file write run without the GIL, so they overlap the caller's work (into a
-real file: one C call a batch formats and writes it to the file descriptor).
+real file: a C thread that never takes the GIL, so the caller never waits for it to be
+scheduled; into a file object without a descriptor: a Python thread).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import IO, Final
 from prvstream.sinks.files import fsync_dir
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import fastfmt
-from prvstream.sinks.paraver.fastfmt import text_slices, write_records
+from prvstream.sinks.paraver.fastfmt import RecordThread, text_slices, write_records
 from prvstream.sinks.paraver.format import (
     EventTypeSpec,
     TraceLayout,
@@ -98,8 +99,13 @@ class PrvWriter:
         self._failed: BaseException | None = None
         #: the file descriptor the thread writes to (None: through ``fh``)
         self._fd: int | None = None
+        #: the C thread writing to ``_fd`` (None: none, or the Python thread)
+        self._c: RecordThread | None = None
         if behind and fastfmt.WRITER.compiled():
             self._fd = _descriptor(fh)
+            if self._fd is not None and fastfmt.THREAD.compiled():
+                self._c = RecordThread(self._fd)
+                return
             self._queue = queue.Queue(maxsize=BEHIND_BATCHES)
             _short_switches(True)
             self._thread = threading.Thread(target=self._drain, name="prv-writer", daemon=True)
@@ -110,6 +116,9 @@ class PrvWriter:
             return
         self.records += len(batch)
         self.end_time = max(self.end_time, int(batch.keys[:, KEY_TIME].max()))
+        if self._c is not None:
+            self._c.write(batch.fields, batch.tmpl)
+            return
         if self._queue is None:
             _write_text(self.fh, batch)
             return
@@ -136,6 +145,10 @@ class PrvWriter:
     def close(self) -> None:
         """Stop the writing thread (what it has not written is dropped); errors are not
         raised. Idempotent; a writer without a thread has nothing to stop."""
+        if self._c is not None:
+            self._c.close(drop=True)
+            self._stop()
+            return
         if self._thread is None or self._queue is None:
             return
         self._failed = self._failed or _Stopped()  # the thread drops what is queued
@@ -147,11 +160,21 @@ class PrvWriter:
         self._raise_failed()
 
     def _stop(self) -> None:
+        if self._c is not None:
+            try:
+                self._c.close()  # raises a write error
+            finally:
+                self._c = None
+                self._seek_after_fd()
+            return
         if self._thread is not None and self._queue is not None:
             self._queue.put(None)
             self._thread.join()
             self._thread = self._queue = None
             _short_switches(False)
+        self._seek_after_fd()
+
+    def _seek_after_fd(self) -> None:
         if self._fd is not None:  # the file object's position after the direct writes
             self.fh.seek(os.lseek(self._fd, 0, os.SEEK_CUR))
             self._fd = None

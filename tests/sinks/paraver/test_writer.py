@@ -5,11 +5,14 @@ from __future__ import annotations
 import ast
 import io
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prvstream.sinks.paraver import fastfmt
 from prvstream.sinks.paraver import format as pv
@@ -108,7 +111,10 @@ def test_a_writer_behind_writes_the_same_bytes(tmp_path: Path, behind: bool) -> 
     with prv.open("wb") as fh:
         fh.write(placeholder(16))
         writer = PrvWriter(fh, behind=behind)
-        assert bool(_writer_threads()) == (behind and fastfmt.WRITER.compiled())
+        # into a real file the C thread writes (no Python thread); else a Python one
+        python_thread = (behind and fastfmt.WRITER.compiled()
+                         and not fastfmt.THREAD.compiled())
+        assert bool(_writer_threads()) == python_thread
         for b in batches:
             writer.write(b)
         writer.flush()
@@ -142,6 +148,43 @@ def test_a_write_error_behind_reaches_the_caller() -> None:
         writer.flush()
     writer.close()
     assert not _writer_threads()
+
+
+needs_c_thread = pytest.mark.skipif(not fastfmt.THREAD.compiled(),
+                                    reason="the C record writer thread was not built")
+
+
+@needs_c_thread
+def test_a_write_error_of_the_c_thread_reaches_the_caller() -> None:
+    """/dev/full refuses every write (ENOSPC): the C thread's error is raised by a later
+    write or by flush, and a closed writer leaves nothing running."""
+    with open("/dev/full", "wb") as fh:
+        writer = PrvWriter(fh, behind=True)
+        with pytest.raises(OSError, match="No space"):
+            for i in range(1000):
+                writer.write(_batch([i]))
+            writer.flush()
+        writer.close()
+        writer.close()
+
+
+@needs_c_thread
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=12), st.integers(0, 12))
+def test_the_c_thread_writes_what_the_python_writer_writes(sizes: list[int],
+                                                            flush_at: int) -> None:
+    """Batches of any size (empty, one record, beyond the C buffer) through the C thread,
+    flushed anywhere: the bytes the writer without a thread writes, in order."""
+    batches = [_batch(list(range(1000 * i, 1000 * i + n))) for i, n in enumerate(sizes)]
+    with tempfile.TemporaryFile() as fh:
+        writer = PrvWriter(fh, behind=True)
+        for i, b in enumerate(batches):
+            if i == flush_at:
+                writer.flush()
+            writer.write(b)
+        writer.flush()
+        fh.seek(0)
+        assert fh.read() == b"".join(b.text() for b in batches)
 
 
 @needs_c

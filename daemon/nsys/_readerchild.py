@@ -13,13 +13,17 @@ Requests arrive on stdin, one JSON object per line:
   bounds the table's disorder (``storage_order``, loaded by path) and runs the storage-order
   ``scan`` instead when the reorder window is at most M rows, and answers at once with one
   frame of status 3 whose payload is the window (``<q``; 0: the ordered ``sql`` runs);
+  ``"inline": true`` (NVTX): each row's last value is an inline text or NULL, which the
+  parent numbers (its canonical ids); every chunk is then answered with status 4;
 - ``{"op": "next", "id": N, "rows": R}`` asks for the next chunk of at most R rows;
 - ``{"op": "close", "id": N}`` drops a stream; ``{"op": "quit"}`` ends the process.
 
 Every ``next`` gets one frame on stdout: a header ``<iiq`` (stream id, status, payload bytes)
 then the payload: the rows filled into the parent's structured layout (status 0, an empty
 payload at the end of the stream) or a UTF-8 error message (status 1: SQLite error, 2: a value
-that is not an integer).
+that is not an integer). An ``inline`` stream's chunk has status 4: ``<q`` the rows' bytes, the
+rows, then JSON ``{"at": rows with a text, "of": each one's index in "texts", "texts": the
+chunk's distinct texts}``, texts decoded as the parent decodes them (invalid UTF-8 replaced).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
 __all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
-           "STATUS_WINDOW", "WINDOW", "main"]
+           "STATUS_TEXTS", "STATUS_WINDOW", "WINDOW", "main"]
 
 #: frame header: stream id, status, payload length
 FRAME = struct.Struct("<iiq")
@@ -55,6 +59,8 @@ PRAGMAS = ("PRAGMA query_only=1", "PRAGMA cache_size=-256", "PRAGMA soft_heap_li
 #: the answer to an ``open`` with ``presort``: the reorder window (``<q``; 0: SQLite sorts)
 STATUS_WINDOW = 3
 WINDOW = struct.Struct("<q")
+#: an ``inline`` stream's chunk: its rows and their inline texts (module docstring)
+STATUS_TEXTS = 4
 
 
 class _Stream:
@@ -64,6 +70,7 @@ class _Stream:
         self.itemsize = int(request["itemsize"])
         self.offsets = tuple(int(x) for x in request["offsets"])
         self.sizes = tuple(int(x) for x in request["sizes"])
+        self.inline = bool(request.get("inline"))
         self.error = error
 
 
@@ -132,6 +139,10 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | list[bytearra
         return stream.error
     assert stream.cursor is not None
     parts: list[bytearray] = []
+    texts: dict[str, int] | None = {} if stream.inline else None
+    at: list[int] = []
+    of: list[int] = []
+    done = 0
     while rows_wanted > 0:
         try:
             rows = stream.cursor.fetchmany(min(rows_wanted, FETCH_ROWS))
@@ -147,14 +158,30 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | list[bytearra
             stream.error = (STATUS_BAD_VALUE, str(exc).encode())
             return stream.error
         parts.append(buf)
+        if texts is not None:
+            for i, row in enumerate(rows):
+                text = row[-1]
+                if text is not None:
+                    at.append(done + i)
+                    of.append(texts.setdefault(str(text), len(texts)))
+        done += len(rows)
         rows_wanted -= len(rows)
         del rows  # before the next fetch makes its own
-    return STATUS_OK, parts
+    if texts is None or not done:
+        return STATUS_OK, parts
+    trailer = json.dumps({"at": at, "of": of, "texts": list(texts)}).encode()
+    return STATUS_TEXTS, [bytearray(WINDOW.pack(sum(len(p) for p in parts))), *parts,
+                          bytearray(trailer)]
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _connect(uri: str) -> tuple[sqlite3.Connection | None, bytes]:
     try:
         con = sqlite3.connect(uri, uri=True)
+        con.text_factory = _decode_text  # as the parent's connections decode
         for pragma in PRAGMAS:
             con.execute(pragma)
     except sqlite3.Error as exc:

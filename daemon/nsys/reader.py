@@ -20,7 +20,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -31,6 +31,7 @@ from prvstream.daemon.nsys._readerchild import (
     FRAME,
     STATUS_BAD_VALUE,
     STATUS_OK,
+    STATUS_TEXTS,
     STATUS_WINDOW,
     WINDOW,
 )
@@ -38,9 +39,12 @@ from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
+__all__ = ["InlineTexts", "ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
 
 log = get_logger(__name__)
+
+#: an inline-text stream's field, and what numbers its texts (the export's canonical ids)
+InlineTexts = tuple[str, Callable[[list[str]], list[int]]]
 
 
 def enabled() -> bool:
@@ -188,13 +192,14 @@ class ReaderLease:
         process.send({"op": "db", "uri": ro_uri(path)})
 
     def stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
-               what: str, scan: tuple[str, str, str, str] | None = None
-               ) -> Iterator[np.ndarray]:
+               what: str, scan: tuple[str, str, str, str] | None = None,
+               inline: InlineTexts | None = None) -> Iterator[np.ndarray]:
         """``dtype`` chunks of the ordered ``sql``, like ``tables.stream``.
 
         The query starts at once in the child. ``what`` names the data in error messages.
         ``scan`` (``tables.scan_plan``): read in storage order with a reorder buffer when the
-        table's disorder allows it.
+        table's disorder allows it. ``inline`` (field, numbering): each row's last value is an
+        inline text or NULL; a row with one gets ``numbering(texts)``'s id in that field.
         """
         p = self._process
         sid = p.new_id()
@@ -205,37 +210,42 @@ class ReaderLease:
         if scan is not None:
             request["presort"] = {"scan": scan[0], "table": scan[1], "start": scan[2],
                                   "where": scan[3], "max_window": presort.MAX_WINDOW}
+        if inline is not None:
+            request["inline"] = True
         p.send(request)
         if scan is not None:
             p.expect_reply(sid)  # the reorder window
         for _ in range(AHEAD):
             p.request_next(sid, chunk_rows)
         self._open.add(sid)
-        return self._chunks(sid, dtype, chunk_rows, what, scan is not None)
+        return self._chunks(sid, dtype, chunk_rows, what, scan is not None, inline)
 
-    def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int,
-                what: str, presorted: bool) -> Iterator[np.ndarray]:
+    def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int, what: str,
+                presorted: bool, inline: InlineTexts | None) -> Iterator[np.ndarray]:
         p = self._process
         if presorted:
             status, payload = p.receive(sid)
             window = WINDOW.unpack(payload)[0] if status == STATUS_WINDOW else 0
-            yield from presort.reorder(self._frames(sid, dtype, chunk_rows, what), window,
-                                       chunk_rows)
+            yield from presort.reorder(self._frames(sid, dtype, chunk_rows, what, inline),
+                                       window, chunk_rows)
         else:
-            yield from self._frames(sid, dtype, chunk_rows, what)
+            yield from self._frames(sid, dtype, chunk_rows, what, inline)
 
-    def _frames(self, sid: int, dtype: np.dtype, chunk_rows: int,
-                what: str) -> Iterator[np.ndarray]:
+    def _frames(self, sid: int, dtype: np.dtype, chunk_rows: int, what: str,
+                inline: InlineTexts | None) -> Iterator[np.ndarray]:
         p = self._process
         try:
             while True:
                 status, payload = p.receive(sid)
-                if status != STATUS_OK:
+                if status not in (STATUS_OK, STATUS_TEXTS):
                     raise self._error(status, payload.decode(errors="replace"), what)
                 if not payload:
                     return
                 p.request_next(sid, chunk_rows)  # the child keeps AHEAD chunks in flight
-                yield np.frombuffer(payload, dtype=dtype)
+                if status == STATUS_TEXTS and inline is not None:
+                    yield _numbered(payload, dtype, *inline)
+                else:
+                    yield np.frombuffer(payload, dtype=dtype)
         finally:
             if sid in self._open and not p.broken:
                 self._open.discard(sid)
@@ -266,6 +276,21 @@ AHEAD = 2
 _lock = threading.Lock()
 _reader: ReaderProcess | None = None
 _busy = False
+
+
+def _numbered(payload: bytearray, dtype: np.dtype, field: str,
+              numbering: Callable[[list[str]], list[int]]) -> np.ndarray:
+    """An ``inline`` stream's chunk (``_readerchild``: status 4): its rows, each row with a
+    text given that text's id in ``field``."""
+    (size,) = WINDOW.unpack_from(payload)
+    rows = np.frombuffer(payload, dtype=dtype, count=size // dtype.itemsize,
+                         offset=WINDOW.size)  # writable: the payload is a bytearray
+    found = json.loads(payload[WINDOW.size + size:])
+    if found["at"]:
+        ids = np.array(numbering(found["texts"]), dtype=np.int64)
+        rows[field][np.array(found["at"], dtype=np.intp)] = ids[np.array(found["of"],
+                                                                          dtype=np.intp)]
+    return rows
 
 
 def lease(path: Path) -> ReaderLease | None:

@@ -5,7 +5,7 @@ the one place that chooses between them. Both give the same chunks, hence the sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -77,9 +77,10 @@ class ReaderSource:
 
             joined = None if sql is None or not presort else tables.join_stream(
                 export, kind, chunk_rows, part)
+            inline = (spec.inline_text, _numbering(export)) if spec.inline_text else None
             self._started[kind] = iter(()) if sql is None else joined or lease.stream(
                 sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
-                tables.scan_plan(export, kind) if presort else None)
+                tables.scan_plan(export, kind) if presort else None, inline)
 
     @property
     def kinds(self) -> list[str]:
@@ -96,6 +97,16 @@ class ReaderSource:
         if self._lease is not None:
             lease, self._lease = self._lease, None
             lease.release()
+
+
+def _numbering(export: Export) -> Callable[[list[str]], list[int]]:
+    """Inline NVTX texts to their ids, as an in-process read numbers them
+    (``tables._inline_chunk``: the canonical ids, and a text the plan did not see the next
+    free one)."""
+    def number(texts: list[str]) -> list[int]:
+        ids = export.inline_ids()
+        return [ids.get(t) or export.intern_inline(t) for t in texts]
+    return number
 
 
 def open_source(export: Export, kinds: list[str], chunk_rows: int,
@@ -126,9 +137,8 @@ def _lease(export: Export) -> ReaderLease | None:
 
 
 def _weighed(kinds: Iterable[str]) -> set[str]:
-    """Table kinds the reader may read (inline-text kinds stay in-process) whose rows count."""
-    return {k for k in {*kinds, *_COST_INPUTS}
-            if not registry.get(k).derived and not registry.get(k).inline_text}
+    """Table kinds the reader may read whose rows count."""
+    return {k for k in {*kinds, *_COST_INPUTS} if not registry.get(k).derived}
 
 
 def _table_rows(export: Export, kinds: list[str]) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,40 @@ def test_abandoned_streams_leave_the_reader_usable(job: list[Path]) -> None:
         assert _read(again, job[0], "kernel", 64).tobytes() == expected.tobytes()
     finally:
         again.release()
+
+
+def test_inline_texts_read_by_the_reader_get_the_in_process_ids(tmp_path: Path) -> None:
+    """Inline NVTX texts (invalid UTF-8, a BLOB, a number, repeats across chunks) get the
+    ids an in-process read gives them, also texts the plan did not number (the next free
+    ids, in the order they are met) and rows with a textId."""
+    rows = [(i, i + 5, 59, f"t{i % 3}" if i % 4 else None, G | 1, None if i % 4 else 1, 0)
+            for i in range(1, 40)]
+    rows += [(50, 60, 59, b"bad \xff utf-8", G | 1, None, 0), (51, 61, 59, 7, G | 1, None, 0),
+             (52, 62, 59, sqlite3.Binary(b"blob"), G | 1, None, 0),
+             (53, 63, 34, "mark", G | 2, None, 0)]
+    path = make_db(tmp_path / "nvtx.sqlite", {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(1, "known")]),
+        "NVTX_EVENTS": (["start", "end", "eventType", "text", "globalTid", "textId",
+                         "domainId"], rows)})
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(text AS TEXT) WHERE start = 50")
+    con.commit()
+    con.close()
+    got = []
+    for via_reader in (False, True):
+        with open_export(path) as export:
+            export.number_inline_texts(["t1", "mark"])  # as if the plan had seen only these
+            source = sources.open_source(export, ["nvtx"], 7, {"nvtx": 10**6},
+                                         use_reader=via_reader)
+            assert isinstance(source, sources.ReaderSource) == via_reader
+            try:
+                chunks = list(source.chunks("nvtx"))
+            finally:
+                source.close()
+            texts = {i: export.string(i) for i in set(np.concatenate(chunks)["text"].tolist())}
+            got.append((b"".join(c.tobytes() for c in chunks), texts))
+    assert got[0] == got[1]
+    assert {"t0", "t1", "t2", "known", "7", "mark", "bad \ufffd utf-8"} <= set(got[0][1].values())
 
 
 def test_text_in_an_integer_column_is_not_an_export(tmp_path: Path) -> None:

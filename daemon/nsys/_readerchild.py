@@ -1,8 +1,10 @@
 """The reader process: runs a report's ordered SELECTs and ships packed rows to its parent.
 
-Started by ``reader.ReaderProcess`` as ``python -I -S _readerchild.py FILLER`` (an isolated
-interpreter without site packages; FILLER is the path of the compiled row filler, loaded by
-path); it imports nothing else but the standard library, so it stays small.
+Started by ``reader.ReaderProcess`` as ``python -I -S _readerchild.py FILLER [SQLROWS]`` (an
+isolated interpreter without site packages; FILLER is the path of the compiled row filler,
+SQLROWS that of the compiled SQLite row reader, each loaded by path: with SQLROWS, streams
+other than ``inline`` ones fetch their rows in C, on a connection of its own, without a
+Python object per value); it imports nothing else but the standard library, so it stays small.
 Requests arrive on stdin, one JSON object per line:
 
 - ``{"op": "db", "uri": U}`` opens a database (read-only URI) for the streams that follow,
@@ -65,8 +67,10 @@ STATUS_TEXTS = 4
 
 class _Stream:
     def __init__(self, cursor: sqlite3.Cursor | None, request: dict[str, Any],
-                 error: tuple[int, bytes] | None) -> None:
+                 error: tuple[int, bytes] | None, query: Any = None) -> None:
         self.cursor = cursor
+        #: the C reader's statement (``_sqlrows``), read instead of the cursor
+        self.query = query
         self.itemsize = int(request["itemsize"])
         self.offsets = tuple(int(x) for x in request["offsets"])
         self.sizes = tuple(int(x) for x in request["sizes"])
@@ -93,7 +97,14 @@ def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
     return window if 0 < window <= int(presort["max_window"]) else 0
 
 
-def _open(con: sqlite3.Connection, request: dict[str, Any], window: int) -> _Stream:
+def _open(con: sqlite3.Connection, request: dict[str, Any], window: int,
+          db: Any = None) -> _Stream:
+    if db is not None and not request.get("inline"):
+        try:
+            query = db.query(request["presort"]["scan"] if window else request["sql"])
+        except RuntimeError as exc:
+            return _Stream(None, request, (STATUS_SQLITE, str(exc).encode()))
+        return _Stream(None, request, None, query)
     cursor = con.cursor()
     try:
         cursor.execute(request["presort"]["scan"] if window else request["sql"])
@@ -104,17 +115,23 @@ def _open(con: sqlite3.Connection, request: dict[str, Any], window: int) -> _Str
 
 #: the compiled row filler (``_rowfill.fill_rows``), loaded by ``main``
 fill_rows: Callable[..., None]
+#: the compiled SQLite row reader (``_sqlrows``) or None, loaded by ``main``
+sqlrows: Any = None
 #: ``storage_order`` (standard library only), loaded by path by ``main``
 storage_order: Any
 
 
-def _load_filler(path: str) -> Callable[..., None]:
-    loader = importlib.machinery.ExtensionFileLoader("_rowfill", path)
-    spec = importlib.util.spec_from_file_location("_rowfill", path, loader=loader)
+def _load_extension(name: str, path: str) -> Any:
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
-    filler: Callable[..., None] = module.fill_rows
+    return module
+
+
+def _load_filler(path: str) -> Callable[..., None]:
+    filler: Callable[..., None] = _load_extension("_rowfill", path).fill_rows
     return filler
 
 
@@ -137,6 +154,13 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | list[bytearra
     Python objects at a time), or the stream's error."""
     if stream.error is not None:
         return stream.error
+    if stream.query is not None:
+        status, got = stream.query.fill(rows_wanted, stream.itemsize, stream.offsets,
+                                        stream.sizes)
+        if status != STATUS_OK:
+            stream.error = (status, got.encode())
+            return stream.error
+        return STATUS_OK, [got]
     assert stream.cursor is not None
     parts: list[bytearray] = []
     texts: dict[str, int] | None = {} if stream.inline else None
@@ -192,6 +216,7 @@ def _connect(uri: str) -> tuple[sqlite3.Connection | None, bytes]:
 def serve(requests: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until ``quit`` or the end of input."""
     con: sqlite3.Connection | None = None
+    db: Any = None  # the C reader's connection to the same database
     failed = b"no database opened"
     streams: dict[int, _Stream] = {}
     try:
@@ -205,16 +230,22 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
                     if stream.cursor is not None:
                         stream.cursor.close()
                 streams.clear()
+                db = None
                 if con is not None:
                     con.close()
                 con, failed = _connect(request["uri"])
+                if con is not None and sqlrows is not None:
+                    try:
+                        db = sqlrows.open(request["uri"], list(PRAGMAS))
+                    except RuntimeError:
+                        db = None  # the Python fetch reads (and reports) instead
                 continue
             sid = int(request["id"])
             if op == "open":
                 window = 0
                 if con is not None and request.get("presort"):
                     window = _window(con, request["presort"])
-                streams[sid] = (_open(con, request, window) if con is not None
+                streams[sid] = (_open(con, request, window, db) if con is not None
                                 else _Stream(None, request, (STATUS_SQLITE, failed)))
                 if request.get("presort"):
                     _send(out, sid, STATUS_WINDOW, WINDOW.pack(window))
@@ -231,8 +262,10 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
 
 
 def main() -> None:
-    global fill_rows, storage_order
+    global fill_rows, storage_order, sqlrows
     fill_rows = _load_filler(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2]:
+        sqlrows = _load_extension("_sqlrows", sys.argv[2])
     storage_order = _load_storage_order()
     serve(sys.stdin.buffer, sys.stdout.buffer)
 

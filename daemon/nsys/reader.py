@@ -74,7 +74,8 @@ class ReaderProcess:
 
     def __init__(self) -> None:
         self._proc = subprocess.Popen(  # the filler is built: ``enabled()`` checked it
-            [sys.executable, "-I", "-S", _readerchild.__file__, rowfill.ROW_FILLER.file or ""],
+            [sys.executable, "-I", "-S", _readerchild.__file__, rowfill.ROW_FILLER.file or "",
+             (rowfill.SQL_ROWS.file or "") if rowfill.SQL_ROWS.compiled() else ""],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             close_fds=True)
         assert self._proc.stdin is not None and self._proc.stdout is not None

@@ -1,0 +1,73 @@
+"""The reader's C fetch (``_sqlrows``) gives the bytes, statuses and messages of its Python one
+(``_readerchild``: ``Cursor.fetchmany`` and the row filler), chunk by chunk."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prvstream.daemon.nsys import _readerchild as child
+from prvstream.daemon.nsys import rowfill
+
+pytestmark = pytest.mark.skipif(
+    not (rowfill.SQL_ROWS.compiled() and rowfill.ROW_FILLER.compiled()),
+    reason="the compiled SQLite row reader or row filler was not built")
+
+_VALUE = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31) - 2, 2**31 + 1),
+                   st.sampled_from([None, 1.5, "7", b"x"]))
+#: (offset, size) of the three fetched values in a 24-byte item; the padding stays zero
+_LAYOUT = ((0, 8, 16), (8, 4, 8))
+
+
+def _chunks(path: Path, use_c: bool, chunk: int) -> list[tuple[int, bytes]]:
+    """Every answer of a stream over the table until its end or first error."""
+    child.fill_rows = rowfill.ROW_FILLER.function  # type: ignore[assignment]
+    uri = f"file:{path}?mode=ro"
+    con, _ = child._connect(uri)
+    assert con is not None
+    db: Any = rowfill.SQL_ROWS.function(uri, list(child.PRAGMAS)) if use_c else None
+    request = {"sql": "SELECT a, b, c FROM t ORDER BY k", "itemsize": 24,
+               "offsets": list(_LAYOUT[0]), "sizes": list(_LAYOUT[1])}
+    stream = child._open(con, request, 0, db)
+    out: list[tuple[int, bytes]] = []
+    try:
+        while True:
+            status, payload = child._next(stream, chunk)
+            data = b"".join(payload) if isinstance(payload, list) else bytes(payload)
+            out.append((status, data))
+            if status != child.STATUS_OK or not data:
+                return out
+    finally:
+        del stream
+        con.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(_VALUE, _VALUE, _VALUE), max_size=40), st.integers(1, 9))
+def test_the_c_fetch_gives_the_python_fetchs_answers(rows: list[tuple[object, ...]],
+                                                      chunk: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.sqlite"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (k, a, b, c)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                        [(i, *r) for i, r in enumerate(rows)])
+        con.commit()
+        con.close()
+        py = _chunks(path, False, chunk)
+        c = _chunks(path, True, chunk)
+    assert c == py  # a message counts rows within the chunk (of at most FETCH_ROWS here)
+
+
+def test_sqlite_errors_are_the_python_fetchs(tmp_path: Path) -> None:
+    path = tmp_path / "t.sqlite"
+    sqlite3.connect(path).close()
+    db = rowfill.SQL_ROWS.function(f"file:{path}?mode=ro", list(child.PRAGMAS))
+    with pytest.raises(RuntimeError, match="no such table: t"):
+        db.query("SELECT a FROM t")

@@ -38,8 +38,9 @@ def test_switches_keep_their_environment_names(raw: str, on: bool) -> None:
 
 def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
-    assert set(runtime.extensions()) == {rowfill.ROW_FILLER, overlap.OVERLAPS,
-                                        fastfmt.FORMATTER, fastfmt.WRITER, merge.SORTER,
+    assert set(runtime.extensions()) == {rowfill.ROW_FILLER, rowfill.SQL_ROWS, overlap.OVERLAPS,
+                                        fastfmt.FORMATTER, fastfmt.WRITER, fastfmt.THREAD,
+                                        merge.SORTER,
                                         merge.GATHERER, ready.SPLITTER,
                                         arrays.FACTORIZER, records.KEYS}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()

@@ -10,6 +10,7 @@ A live numbering only ever appends, so published ids never change.
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections.abc import Iterable
 
@@ -140,7 +141,7 @@ class Numbering:
         found = self._task_index.get((host, pid))
         if found is not None:
             return found
-        host, name = clean_label(host), clean_label(name)
+        host, name = sys.intern(clean_label(host)), clean_label(name)
         found = self._task_index.get((host, pid))
         if found is not None:
             return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import sys
 from array import array
 
 import numpy as np
@@ -86,7 +87,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: process id -> (host, pid), and per process which instances it has (uint8 per id)
         self._process_ids: dict[tuple[str, int], int] = {}
         self._processes: list[tuple[str, int]] = []
-        self._has: list[np.ndarray] = []
+        #: per process, a byte per instance id: 1 where it has that instance
+        self._has: list[bytearray] = []
         #: per (process, phase name): its occurrences' start and end, in order (pairs)
         self._occ_spans: dict[tuple[tuple[str, int], str], array[int]] = {}
         self._occ_by_proc: dict[tuple[str, int], dict[str, array[int]]] = {}
@@ -131,7 +133,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
             count, names = self._notes.get(note, (0, []))
             self._notes[note] = (count + 1, sorted([*names, info.report_id])[:NOTE_NAMES])
         origin = int(info.origin_wall_ns)
-        processes = [(p.host, p.pid) for p in info.processes]
+        processes = [(sys.intern(p.host), p.pid) for p in info.processes]
         local = np.empty(len(info.devices), np.int64)
         key_first = (origin + int(info.start_ns), info.report_id)
         for i, d in enumerate(info.devices):
@@ -141,7 +143,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
             if gid is None:
                 gid = len(self._devices)
                 self._device_ids[key] = gid
-                self._add_device(Device(d.host, d.device, d.rank, proc[1], proc, key_first))
+                self._add_device(Device(sys.intern(d.host), d.device, d.rank, proc[1], proc,
+                                        key_first))
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, Sweep] = {}
@@ -246,6 +249,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         key = (rep.origin + int(rep.info.start_ns), rep.info.report_id)
         self._last_key = key if self._last_key is None else max(self._last_key, key)
         self._report = None
+        self._span_index.clear()  # a cache for the report's rows: kept, it grows with the job
         windows = self._window_span(start, end)
         if self._held is not None:  # a group: one update once the last report is in
             self._held[0].update(windows)

@@ -37,7 +37,6 @@ __all__ = [
     "Sweep",
     "grow",
     "note_lines",
-    "rows",
     "segments",
 ]
 
@@ -78,11 +77,7 @@ def grow(arr: np.ndarray, need: int, fill: int = 0, first: int = FIRST_ROWS) -> 
     return new
 
 
-def rows() -> np.ndarray:
-    return np.zeros((0, WIDTH), np.int64)
-
-
-class Device(msgspec.Struct):
+class Device(msgspec.Struct, gc=False):
     """A physical GPU of the job: (host, CUDA id), all its streams and processes flattened."""
 
     host: str
@@ -93,9 +88,9 @@ class Device(msgspec.Struct):
     #: (start, report id) of the report that registered it (the earliest one, merged)
     first: tuple[int, str] = (0, "")
     spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
-    totals: np.ndarray = msgspec.field(default_factory=lambda: np.zeros(WIDTH, np.int64))
-    #: totals per phase name id (rows of WIDTH)
-    names: np.ndarray = msgspec.field(default_factory=rows)
+    #: its totals (row 0), then its totals per phase name id (rows of WIDTH, grown with the
+    #: names: ``totals`` and ``names`` are views of it; one array, not two, a device)
+    acc: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((1, WIDTH), np.int64))
     #: totals per window slot and per phase instance id (packed once the report ends or, for
     #: instances, once closed)
     windows: RowStore = msgspec.field(default_factory=lambda: RowStore(WIDTH))
@@ -104,6 +99,26 @@ class Device(msgspec.Struct):
     #: records (a few per report: not a dict of lists): a later report's activity starting
     #: inside one was captured by it already (``repeats``)
     streams: array[int] = msgspec.field(default_factory=lambda: array("q"))
+
+    @property
+    def totals(self) -> np.ndarray:
+        """Its totals (a view: adding to it adds to them)."""
+        row: np.ndarray = self.acc[0]
+        return row
+
+    @totals.setter
+    def totals(self, value: np.ndarray) -> None:
+        self.acc[0] = value
+
+    @property
+    def names(self) -> np.ndarray:
+        """Its totals per phase name id (a view; at least as many rows as names met)."""
+        rows: np.ndarray = self.acc[1:]
+        return rows
+
+    def grow_names(self, n: int) -> None:
+        """Make room for ``n`` phase names."""
+        self.acc = grow(self.acc, n + 1, first=2)
 
 
 class Name(msgspec.Struct):

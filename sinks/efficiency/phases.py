@@ -38,7 +38,7 @@ class PhaseInstances:
     _name_ids: dict[str, int]
     _process_ids: dict[tuple[str, int], int]
     _processes: list[tuple[str, int]]
-    _has: list[np.ndarray]
+    _has: list[bytearray]
     _occ_spans: dict[tuple[tuple[str, int], str], array[int]]
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
@@ -53,8 +53,10 @@ class PhaseInstances:
         if pid is None:
             pid = self._process_ids[proc] = len(self._processes)
             self._processes.append(proc)
-            self._has.append(np.zeros(0, np.uint8))
-        has = self._has[pid] = grow(self._has[pid], i + 1)
+            self._has.append(bytearray())
+        has = self._has[pid]
+        if len(has) <= i:  # a byte an instance id, doubling
+            has.extend(bytes(max(i + 1, 2 * len(has), 8) - len(has)))
         if not has[i]:
             has[i] = 1
             self._names[int(self._i_name[i])].processes.add(pid)

@@ -17,7 +17,6 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     Report,
     Sweep,
-    grow,
     segments,
 )
 from prvstream.sinks.efficiency.repeats import outside_earlier
@@ -144,7 +143,7 @@ class DeviceSweep:
         return slots
 
     def _phase_rows(self, dev: Device) -> None:
-        dev.names = grow(dev.names, len(self._names), first=1)
+        dev.grow_names(len(self._names))
 
     def _attribute(self, rep: Report, gid: int, edges: np.ndarray, length: np.ndarray,
                    ind: np.ndarray) -> None:

@@ -107,6 +107,10 @@ class SpanIndex:
         #: key -> (the pairs array, occurrences indexed, sorted starts, running greatest end)
         self._index: dict[object, tuple[array[int], int, np.ndarray, np.ndarray]] = {}
 
+    def clear(self) -> None:
+        """Forget every index (they are made again from the pairs when asked for)."""
+        self._index.clear()
+
     def get(self, key: object, pairs: array[int]) -> tuple[np.ndarray, np.ndarray]:
         n = len(pairs) // 2
         found = self._index.get(key)

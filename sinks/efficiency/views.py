@@ -54,7 +54,7 @@ class RecordViews:
     _window_slots: dict[int, int]
     _names: list[Name]
     _processes: list[tuple[str, int]]
-    _has: list[np.ndarray]
+    _has: list[bytearray]
     _i_name: np.ndarray
     _i_occ: np.ndarray
     _i_start: np.ndarray

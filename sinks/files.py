@@ -49,10 +49,13 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[bytes]) -> None:
+def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[bytes], *,
+                 sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` (or its pieces, written as they come): temp file beside
     it (never through a link), fsync, ``os.replace``, fsync of the directory. A symlink at
-    ``path`` is refused."""
+    ``path`` is refused. ``sync_dir=False``: the caller renames more files into the same
+    directory and fsyncs it once after the last (``fsync_dir``), before it reports them
+    written."""
     target = Path(path)
     if target.is_symlink():
         raise OutputConflict(f"{target} is a symlink; prvstream never writes through symlinks: "
@@ -74,4 +77,5 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[byte
         raise
     os.close(fd)
     os.replace(tmp, target)
-    fsync_dir(target.parent)
+    if sync_dir:
+        fsync_dir(target.parent)

@@ -131,9 +131,9 @@ def write_canonical(client: Any, paths: list[Path], out: Path, settings: Setting
                       meanwhile=None if model is None else lambda: _replay(done, model,
                                                                             on_model))
         pcf_bytes, row_bytes = trace_metadata(numbering)
-        atomic_write(pcf, pcf_bytes)
-        atomic_write(row, row_bytes)
-        fsync_dir(prv.parent)
+        atomic_write(pcf, pcf_bytes, sync_dir=False)
+        atomic_write(row, row_bytes, sync_dir=False)
+        fsync_dir(prv.parent)  # the three renames made durable at once
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     result.numbering = numbering

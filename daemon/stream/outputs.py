@@ -77,6 +77,10 @@ def _written(folder: Path) -> set[str]:
 
 
 def claim(out: Path) -> None:
-    """Record ``out``'s files as written by prvstream (so that a rerun may replace them)."""
-    names = _written(out.parent) | {out.name + s for s in OUTPUT_SUFFIXES}
+    """Record ``out``'s files as written by prvstream (so that a rerun may replace them); a
+    list that holds them already is left as it is (a rerun writes nothing here)."""
+    written = _written(out.parent)
+    names = written | {out.name + s for s in OUTPUT_SUFFIXES}
+    if names == written:
+        return
     atomic_write(out.parent / WRITTEN_LIST, "".join(f"{n}\n" for n in sorted(names)))

@@ -263,10 +263,10 @@ def write_trace(
             if mark is not None and ids.grown_since(mark):  # ids grew here: not the helper's
                 raise HelperDiverged("a report registered ids the numbering lacked")
         pcf_bytes, row_bytes = trace_metadata(ids)
-        atomic_write(pcf, pcf_bytes)
-        atomic_write(row, row_bytes)
+        atomic_write(pcf, pcf_bytes, sync_dir=False)
+        atomic_write(row, row_bytes, sync_dir=False)
         os.replace(tmp, prv)
-        fsync_dir(prv.parent)
+        fsync_dir(prv.parent)  # the three renames made durable at once
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

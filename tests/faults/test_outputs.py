@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.live.inputs import report_identity
 from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
+from prvstream.daemon.stream.outputs import WRITTEN_LIST
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from tests.daemon.daemon_proc import run_cli
 from tests.faults.helpers import mounted
@@ -103,3 +105,41 @@ def test_live_outputs_get_the_umask_mode_and_records_match_the_trace(tmp_path: P
     finally:
         os.umask(old)
         journal.unlock()
+
+
+def test_every_output_is_durable_before_convert_returns(
+        tmp_path: Path, synth_sources: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each output's data is fsynced before its rename, and the directory after the last
+    rename into it (once for the trace's three files); a rerun leaves the list of
+    prvstream's own outputs as it is (nothing to rename, nothing to sync)."""
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc/self/fd to name the synced files")
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def synced(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def renamed(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        events.append(("fsynced?", os.path.realpath(src)))
+        replace(src, dst)
+        events.append(("rename", str(dst)))
+
+    monkeypatch.setattr(os, "fsync", synced)
+    monkeypatch.setattr(os, "replace", renamed)
+    out = tmp_path / "out" / "t"
+    argv = ("convert", str(synth_sources[0]), "-o", str(out), "--no-progress", "--quiet")
+    for run in ("first", "rerun"):
+        events.clear()
+        assert cli(*argv) == 0, run
+        renames = [i for i, (what, _) in enumerate(events) if what == "rename"]
+        outputs = {events[i][1] for i in renames}
+        expected = {f"{out}{s}" for s in SUFFIXES}
+        assert outputs == (expected | {str(out.parent / WRITTEN_LIST)} if run == "first"
+                           else expected), run
+        for i in renames:  # the file was synced before it was renamed
+            assert ("fsync", events[i - 1][1]) in events[:i - 1], events[i]
+        assert ("fsync", str(out.parent)) in events[renames[-1]:], run
+        dir_syncs = sum(1 for e in events if e == ("fsync", str(out.parent)))
+        assert dir_syncs <= (4 if run == "first" else 3), events

@@ -14,15 +14,17 @@ Public API (schema in docs/summary-schema.md), one module per job:
 - ``fold``: ``fold(records, state, recent=)``, ``SummaryFolder`` (one record at a time).
 - ``views``: ``verdict(metrics)``, ``render_table(state, view)``; ``prom``:
   ``prometheus_text(state)``, ``write_prom_file(path, state)``; ``plot``:
-  ``plot_summary(state, history, png)``.
+  ``plot_summary(state, history, png)``. Those two are loaded at their first use (a conversion
+  writes summaries but neither plots nor writes Prometheus files).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from prvstream.sinks.files import atomic_write
 from prvstream.sinks.summary.fold import SummaryFolder, fold
-from prvstream.sinks.summary.plot import plot_summary
-from prvstream.sinks.summary.prom import prometheus_text, write_prom_file
 from prvstream.sinks.summary.records import (
     DEFAULT_RECENT,
     SCHEMA_VERSION,
@@ -42,6 +44,10 @@ from prvstream.sinks.summary.writer import (
     load_summary,
     read_records,
 )
+
+if TYPE_CHECKING:
+    from prvstream.sinks.summary.plot import plot_summary
+    from prvstream.sinks.summary.prom import prometheus_text, write_prom_file
 
 __all__ = [
     "DEFAULT_RECENT",
@@ -67,3 +73,16 @@ __all__ = [
     "verdict",
     "write_prom_file",
 ]
+
+#: names this package gives from modules loaded at the first use of one of them
+_LAZY = {"plot_summary": "plot", "prometheus_text": "prom", "write_prom_file": "prom"}
+
+
+def __getattr__(name: str) -> object:
+    """``plot_summary``, ``prometheus_text`` and ``write_prom_file``, from their modules."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

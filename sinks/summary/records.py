@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import msgspec
@@ -231,8 +232,19 @@ class SummaryState(SummaryRecord, kw_only=True):
 
 
 _ENCODER = msgspec.json.Encoder()
-_RECORD_DECODER = msgspec.json.Decoder(SummaryRecord)
-_STATE_DECODER = msgspec.json.Decoder(SummaryState)
+
+
+@functools.cache
+def _record_decoder() -> msgspec.json.Decoder[SummaryRecord]:
+    """Built at the first decode (a conversion only encodes; building a decoder resolves the
+    annotations of every type it can reach)."""
+    return msgspec.json.Decoder(SummaryRecord)
+
+
+@functools.cache
+def _state_decoder() -> msgspec.json.Decoder[SummaryState]:
+    """Built at the first decode, like ``_record_decoder``."""
+    return msgspec.json.Decoder(SummaryState)
 
 
 def encode_record(record: SummaryRecord) -> bytes:
@@ -243,7 +255,7 @@ def encode_record(record: SummaryRecord) -> bytes:
 def decode_state(data: bytes) -> SummaryState:
     """Decode ``summary.json`` (or a single record, read as a state without windows/phases)."""
     try:
-        return _STATE_DECODER.decode(data)
+        return _state_decoder().decode(data)
     except msgspec.DecodeError as exc:
         raise PrvstreamError(f"not a prvstream summary ({exc}); pass a summary.json, "
                              f"summary.jsonl or a job directory") from exc
@@ -252,7 +264,7 @@ def decode_state(data: bytes) -> SummaryState:
 
 def decode_record(line: bytes) -> SummaryRecord:
     """Decode one line of ``summary.jsonl`` (raises ``msgspec.DecodeError``)."""
-    return _RECORD_DECODER.decode(line)
+    return _record_decoder().decode(line)
 
 
 def encode_state(state: SummaryState) -> bytes:

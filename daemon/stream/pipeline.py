@@ -215,7 +215,7 @@ def objects_of(rep: PreparedReport) -> ReportObjects:
 
 
 def _read_objects(rep: PreparedReport) -> ReportObjects:
-    procs = rep.export.processes()
+    procs = rep.export.process_names(rep.plan.processes)
     names = rep.export.thread_names()
     out: list[tuple[str, int, str, int | None, dict[ThreadKey, str]]] = []
     streams_by_pid: dict[int, list[tuple[int, int]]] = {}
@@ -224,7 +224,6 @@ def _read_objects(rep: PreparedReport) -> ReportObjects:
     owners = metric_owners(rep.plan)
     for gpid in rep.plan.processes:
         pid = pid_of(gpid)
-        row = procs.get(gpid)
         threads: dict[ThreadKey, str] = {}
         for gtid in rep.plan.threads_by_process.get(gpid, []):
             tid = tid_of(gtid)
@@ -234,7 +233,7 @@ def _read_objects(rep: PreparedReport) -> ReportObjects:
         for gpu, owner in owners.items():
             if owner == gpid:
                 threads[metrics_key(gpu)] = metrics_name(gpu)
-        out.append((rep.host, pid, row.name if row else "", rep.ranks.get(gpid), threads))
+        out.append((rep.host, pid, procs.get(gpid, ""), rep.ranks.get(gpid), threads))
     return out
 
 

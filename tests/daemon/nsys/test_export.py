@@ -129,6 +129,9 @@ def test_real_names_resolve(path: Path) -> None:
         for gpid in plan.processes:
             assert gpid in procs
             assert procs[gpid].pid == (gpid >> 24) & 0xFFFFFF
+        # the names of the processes with activity, read alone, are those of the whole table
+        assert export.process_names([*plan.processes, *plan.processes, -5]) == {
+            g: procs[g].name for g in plan.processes}
         tnames = export.thread_names()
         assert tnames and all(isinstance(v, str) for v in tnames.values())
         # every thread the plan found belongs to a process of the plan
@@ -327,6 +330,8 @@ def test_synthetic_export_names_and_objects(tmp_path: Path) -> None:
         assert export.gpu_metric_names() == {2: "SM Active", 3: "DRAM Read"}
         assert export.thread_names() == {G | 101: "main"}
         assert export.processes()[G].name == "app"
+        assert export.process_names([G, G + 1]) == {G: "app"}
+        assert export.process_names([]) == {}
         assert [s.table for s in export.sources("mpi")] == ["MPI_COLLECTIVES_EVENTS",
                                                            "MPI_P2P_EVENTS"]
 

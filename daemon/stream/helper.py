@@ -26,7 +26,7 @@ import msgspec
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.claims import Claim, host_claims
-from prvstream.daemon.stream.merge import Stream, merge_bounded, read_run, write_run
+from prvstream.daemon.stream.merge import Stream, read_run, reduce_streams, write_run
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -42,8 +42,8 @@ from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.scratch import ScratchFile
 
-__all__ = ["MIN_REPORTS", "OWN_SHARE", "BatchHelper", "HelperDiverged", "RemoteReport", "plan_one",
-           "use_helper"]
+__all__ = ["MIN_REPORTS", "OWN_SHARE", "BatchHelper", "HelperDiverged", "RemoteReport",
+           "handed_runs", "plan_one", "use_helper"]
 
 log = get_logger(__name__)
 
@@ -168,7 +168,7 @@ class BatchHelper:
         self.on_hostile: Callable[[str, Counter[str]], None] | None = None
         self.rows: Counter[str] = Counter()
         self.kind_records: Counter[str] = Counter()
-        self._run: Path | None = None
+        self._runs: list[Path] | None = None
         #: the reports it planned (``planned``)
         self.remote: list[RemoteReport] = []
 
@@ -217,14 +217,19 @@ class BatchHelper:
 
     def poll(self) -> None:
         """Take in whatever the helper has sent, without waiting."""
-        while self._run is None and self._inbox.poll():
+        while self._runs is None and self._inbox.poll():
             self._take(self._receive())
 
-    def stream(self) -> Stream:
-        """The helper's reports' records, merged (once the helper has converted them all)."""
-        while self._run is None:
+    def streams(self, fan_in: int) -> list[tuple[Stream, int]]:
+        """The runs of the helper's reports' records (each read once the helper has
+        converted them all), with about how many reports each holds."""
+        count = handed_runs(len(self.remote), fan_in)
+        return [(self._stream(i), -(-len(self.remote) // count)) for i in range(count)]
+
+    def _stream(self, index: int) -> Stream:
+        while self._runs is None:
             self._take(self._receive())
-        yield from read_run(self._run)
+        yield from read_run(self._runs[index])
 
     def close(self) -> None:
         """Stop the helper if it still runs, reap it, and remove what it left."""
@@ -259,12 +264,12 @@ class BatchHelper:
             if self.on_fed is not None and info is not None:
                 self.on_fed(Path(path), ReportSpool.recorded(info, parts))
         elif msg[0] == "done":
-            _, run, rows, kind_records, grew = msg
+            _, runs, rows, kind_records, grew = msg
             if grew:
                 raise HelperDiverged("the helper registered ids the numbering lacked")
             self.rows.update(rows)
             self.kind_records.update(kind_records)
-            self._run = Path(run)
+            self._runs = [Path(run) for run in runs]
         else:
             raise HelperDiverged(f"the helper sent {msg[0]!r} while converting")
 
@@ -316,8 +321,17 @@ def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings:
         at, size = xfer.append([blob])
         outbox.send(("fed", path, at, size))
 
-    streams: list[Stream] = [lazy(*job) for job in jobs]
-    run = write_run(merge_bounded(streams, settings.fan_in), scratch)
+    left = reduce_streams([lazy(*job) for job in jobs], settings.fan_in,
+                          handed_runs(len(jobs), settings.fan_in), scratch)
+    runs = [str(path if path is not None else write_run(stream, scratch))
+            for stream, _, path in left]
     spill.close()
-    outbox.send(("done", str(run), rows, kind_records, ids.grown_since(mark)))
+    outbox.send(("done", runs, rows, kind_records, ids.grown_since(mark)))
+
+
+def handed_runs(reports: int, fan_in: int) -> int:
+    """Runs the helper hands over for ``reports``: half the fan-in (the converter's final
+    merge takes them beside as many of its own), so no record is spilled more often than
+    in one process."""
+    return min(reports, max(1, fan_in // 2))
 

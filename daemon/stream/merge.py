@@ -53,6 +53,7 @@ __all__ = [
     "merge_bounded",
     "merge_whole",
     "read_run",
+    "reduce_streams",
     "sort_batch",
     "sort_order",
     "write_run",
@@ -351,19 +352,32 @@ def merge_bounded(
         yield from merge(streams)
         return
     with tempfile.TemporaryDirectory(prefix="prvstream-merge-", dir=tmpdir) as scratch:
-        directory = Path(scratch)
-        #: (inputs it holds, sequence number, stream): a heap, lightest and earliest first
-        queue: list[tuple[int, int, Stream]] = [
-            (1 if weights is None else weights[i], i, s) for i, s in enumerate(streams)]
-        heapq.heapify(queue)
-        size = (len(queue) - 1) % (fan_in - 1) + 1
-        size = fan_in if size == 1 else size
+        yield from merge([s for s, _, _ in reduce_streams(streams, fan_in, fan_in,
+                                                          Path(scratch), weights)])
+
+
+#: a stream left by ``reduce_streams``: (stream, inputs it holds, its run file or None)
+Reduced = tuple[Stream, int, Path | None]
+
+
+def reduce_streams(streams: list[Stream], fan_in: int, keep: int, directory: Path,
+                   weights: list[int] | None = None) -> list[Reduced]:
+    """Merge the lightest groups of at most ``fan_in`` streams into run files in
+    ``directory`` (``merge_bounded``'s Huffman order) until at most ``keep`` streams are
+    left; those, in input order (runs after the inputs), with what each holds."""
+    #: (inputs it holds, sequence number, stream, run file): a heap, lightest, earliest first
+    queue: list[tuple[int, int, Stream, Path | None]] = [
+        (1 if weights is None else weights[i], i, s, None) for i, s in enumerate(streams)]
+    heapq.heapify(queue)
+    if len(queue) > keep:
+        size = (len(queue) - keep - 1) % (fan_in - 1) + 2
         runs = 0
-        while len(queue) > fan_in:
+        while len(queue) > keep:
             group = [heapq.heappop(queue) for _ in range(size)]
-            run = read_run(write_run(merge([s for _, _, s in group]), directory))
-            heapq.heappush(queue, (sum(w for w, _, _ in group), len(streams) + runs, run))
+            path = write_run(merge([s for _, _, s, _ in group]), directory)
+            heapq.heappush(queue, (sum(w for w, *_ in group), len(streams) + runs,
+                                   read_run(path), path))
             runs += 1
             size = fan_in
-        log.debug("merge_runs", inputs=len(streams), runs=runs, fan_in=fan_in)
-        yield from merge([s for _, _, s in sorted(queue, key=lambda item: item[1])])
+        log.debug("merge_runs", inputs=len(streams), runs=runs, fan_in=fan_in, keep=keep)
+    return [(s, w, path) for w, _, s, path in sorted(queue, key=lambda item: item[1])]

@@ -172,7 +172,7 @@ def write_trace(
     fan-in.
 
     ``helper`` (canonical numbering only) converts the reports it planned
-    (``helper.remote``) in its own process; its records join the merge as one run.
+    (``helper.remote``) in its own process; its records join the merge as a few runs.
     """
     started = time.perf_counter()
     remote = [] if helper is None else helper.remote
@@ -219,9 +219,11 @@ def write_trace(
 
     streams = [lazy(i, rep) for i, rep in enumerate(ordered) if isinstance(rep, PreparedReport)]
     weights = None
-    if helper is not None and remote:
-        streams.append(helper.stream())
-        weights = [1] * (len(streams) - 1) + [len(remote)]
+    if helper is not None and remote:  # its runs, merged last
+        weights = [1] * len(streams)
+        for stream, weight in helper.streams(settings.fan_in):
+            streams.append(stream)
+            weights.append(weight)
     out.parent.mkdir(parents=True, exist_ok=True)
     prv, pcf, row = (out.with_name(out.name + ext) for ext in (".prv", ".pcf", ".row"))
     for path in (prv, pcf, row):

@@ -140,11 +140,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
             key = (d.host, d.device)
             gid = self._device_ids.get(key)
             proc = processes[d.process] if 0 <= d.process < len(processes) else (d.host, 0)
-            if gid is None:
-                gid = len(self._devices)
-                self._device_ids[key] = gid
-                self._add_device(Device(sys.intern(d.host), d.device, d.rank, proc[1], proc,
-                                        key_first))
+            if gid is None:  # registered by _add_device (one key tuple a device)
+                gid = self._add_device(Device(sys.intern(d.host), d.device, d.rank, proc[1],
+                                              proc, key_first))
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, Sweep] = {}
@@ -163,13 +161,13 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""
         gid = len(self._devices)
-        self._device_ids[(dev.host, dev.device)] = gid
+        key = (dev.host, dev.device)
+        self._device_ids[key] = gid
         self._devices.append(dev)
         self._process_devices.setdefault(dev.process, []).append(gid)
         # its place among the keys so far; when devices after it must move one down (reports
         # out of key order), the ranks are rebuilt once at the next record instead: moving
         # them at each new device (or sorting all again) is quadratic in a job's reports
-        key = (dev.host, dev.device)
         pos = bisect.bisect_left(self._device_order, key)
         self._device_order.insert(pos, key)
         if pos < len(self._device_rank):

@@ -77,8 +77,8 @@ class RowStore:
     """Rows of ``width`` int64 by key: ``dense`` (None when empty) holds keys [``base``,
     ``base + len(dense)``); the keys below ``base``, sorted and distinct, are packed: the
     first ``len(_keys)`` with their rows in ``_file`` (row j at byte j x width x 8), the rest
-    in ``_packed``, each key followed by its row (``width + 1`` int64 a record; None when
-    there are none)."""
+    in ``_packed``, each key followed by its row (``width + 1`` int64 a record, as bytes: no
+    array header or spare capacity a store; None when there are none)."""
 
     __slots__ = ("__weakref__", "_file", "_keys", "_packed", "base", "dense", "width")
 
@@ -86,7 +86,7 @@ class RowStore:
         self.width = width
         self.base = 0
         self.dense: np.ndarray | None = None
-        self._packed: array[int] | None = None
+        self._packed: bytes | bytearray | None = None
         self._keys: array[int] | None = None
         self._file: IO[bytes] | None = None
 
@@ -101,7 +101,7 @@ class RowStore:
         return 0 if self._keys is None else len(self._keys)
 
     def _n_packed(self) -> int:
-        held = 0 if self._packed is None else len(self._packed) // (self.width + 1)
+        held = 0 if self._packed is None else len(self._packed) // (8 * (self.width + 1))
         return self._n_spilled() + held
 
     def _reserve(self, lo: int, hi: int) -> np.ndarray:
@@ -147,7 +147,7 @@ class RowStore:
             data = _pread(self._file.fileno(), n * self.width * 8, 0)
             vals.append(np.frombuffer(data, np.int64).reshape(n, self.width).copy())
         if self._packed is not None:
-            flat = np.array(self._packed, np.int64).reshape(-1, self.width + 1)
+            flat = np.frombuffer(self._packed, np.int64).reshape(-1, self.width + 1)
             keys.append(flat[:, 0].copy())
             vals.append(flat[:, 1:].copy())
         if len(keys) == 2:
@@ -168,12 +168,16 @@ class RowStore:
         nz = vals.any(axis=1)
         if not nz.any():
             return
-        recs = np.concatenate((keys[nz, None], vals[nz]), axis=1)
+        recs = np.concatenate((keys[nz, None], vals[nz]), axis=1).tobytes()
         if self._packed is None:
-            self._packed = array("q", recs.ravel().tobytes())
-        else:
-            self._packed.frombytes(recs.ravel().tobytes())
-        if len(self._packed) * 8 >= SPILL_BYTES:
+            self._packed = recs
+        elif len(self._packed) < SPILL_BYTES:  # copied to grow: less than SPILL_BYTES
+            self._packed += recs
+        else:  # no file to spill to: grown in place from here on
+            if not isinstance(self._packed, bytearray):
+                self._packed = bytearray(self._packed)
+            self._packed += recs
+        if len(self._packed) >= SPILL_BYTES:
             self._spill()
 
     def _spill(self) -> None:
@@ -190,13 +194,14 @@ class RowStore:
         if self._keys is None:
             self._keys = array("q")
         self._keys.frombytes(flat[:, 0].tobytes())
-        del flat  # no view of the array outlives the call
+        del flat
         self._packed = None
 
     def _last_key(self) -> int:
         """The greatest packed key (some are packed)."""
         if self._packed is not None:
-            return int(self._packed[-(self.width + 1)])
+            return int(np.frombuffer(self._packed, np.int64, 1, len(self._packed)
+                                     - 8 * (self.width + 1))[0])
         assert self._keys is not None
         return int(self._keys[-1])
 
@@ -221,12 +226,11 @@ class RowStore:
             return row
         if key < self.base and self._packed is not None:
             w = self.width + 1
-            keys = np.frombuffer(self._packed, np.int64)[::w]
+            flat = np.frombuffer(self._packed, np.int64)
+            keys = flat[::w]
             i = int(np.searchsorted(keys, key))
-            found = i < len(keys) and int(keys[i]) == key
-            del keys  # no view of the array outlives the call (it grows)
-            if found:
-                return np.array(self._packed[i * w + 1:(i + 1) * w], np.int64)
+            if i < len(keys) and int(keys[i]) == key:
+                return flat[i * w + 1:(i + 1) * w].copy()
         if key < self.base and self._keys is not None and self._file is not None:
             spilled = np.frombuffer(self._keys, np.int64)
             i = int(np.searchsorted(spilled, key))

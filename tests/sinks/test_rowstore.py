@@ -100,7 +100,7 @@ def test_spilled_rows_leave_only_their_keys_in_memory(max_files: int) -> None:
         for i in range(2_000):
             store.add(np.array([i]), np.full((1, WIDTH), i + 1, np.int64))
             store.settle(i)
-        in_memory = 0 if store._packed is None else len(store._packed) * 8
+        in_memory = 0 if store._packed is None else len(store._packed)
         if max_files:
             assert in_memory < 256 and store._keys is not None and len(store._keys) > 1_900
         else:

@@ -7,7 +7,6 @@ The sweep is ``DeviceSweep``, phase instances ``PhaseInstances``, the records ``
 from __future__ import annotations
 
 import bisect
-import itertools
 import sys
 from array import array
 
@@ -89,10 +88,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._processes: list[tuple[str, int]] = []
         #: per process, a byte per instance id: 1 where it has that instance
         self._has: list[bytearray] = []
-        #: per (process, phase name): its occurrences' start and end, in order (pairs)
-        self._occ_spans: dict[tuple[tuple[str, int], str], array[int]] = {}
-        self._occ_by_proc: dict[tuple[str, int], dict[str, array[int]]] = {}
-        self._occ_indexed = 0
+        #: per process, per phase name: its occurrences' start and end, in order (pairs)
+        self._occ_spans: dict[tuple[str, int], dict[str, array[int]]] = {}
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
         self._span_index = SpanIndex()
         self._report: Report | None = None
@@ -198,21 +195,11 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         for p in procs:
             proc = rep.processes[p]
             spans = {n: self._span_index.get((proc, n), s)
-                     for n, s in self._spans_of(proc).items()}
+                     for n, s in self._occ_spans.get(proc, {}).items()}
             if spans:
                 mine = rows if len(procs) == 1 else rows.take(rows.process == p)
                 for name, agg in phase_rows(mine, rep.origin, spans):
                     self._phase_tables.setdefault(name, Tables()).add(agg)
-
-    def _spans_of(self, proc: tuple[str, int]) -> dict[str, array[int]]:
-        """``_occ_spans`` of one process by phase name (indexed as keys are added, so a
-        lookup does not grow with the processes in the job)."""
-        if len(self._occ_spans) != self._occ_indexed:
-            for (pr, name), spans in itertools.islice(self._occ_spans.items(),
-                                                      self._occ_indexed, None):
-                self._occ_by_proc.setdefault(pr, {})[name] = spans
-            self._occ_indexed = len(self._occ_spans)
-        return self._occ_by_proc.get(proc, {})
 
     def add_tables(self, rows: TableRows) -> None:
         """Take one chunk's per-name aggregates for the top-N tables (any order; a feed

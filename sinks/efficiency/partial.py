@@ -204,7 +204,7 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
     scalars = _scalars(m)
     lists: dict[str, tuple[int, Iterator[Any]]] = {
         "devices": (len(m._devices), _device_states(m)),
-        "processes": (len({proc for proc, _ in m._occ_spans}), _process_states(m)),
+        "processes": (len(m._occ_spans), _process_states(m)),
         "hosts": (len(m._host.processes), _host_states(m))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
                             "notes": dict(sorted(m._notes.items())), "nvtx": _nvtx_state(m)}
@@ -243,12 +243,9 @@ def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]
 
 
 def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
-    names: dict[tuple[str, int], list[str]] = {}
-    for proc, name in m._occ_spans:
-        names.setdefault(proc, []).append(name)
-    for proc in sorted(names):
+    for proc in sorted(m._occ_spans):
         yield ProcessState(host=proc[0], pid=proc[1],
-                           phases={n: m._occ_spans[proc, n].tolist() for n in names[proc]})
+                           phases={n: s.tolist() for n, s in m._occ_spans[proc].items()})
 
 
 def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:

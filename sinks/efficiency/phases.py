@@ -39,13 +39,16 @@ class PhaseInstances:
     _process_ids: dict[tuple[str, int], int]
     _processes: list[tuple[str, int]]
     _has: list[bytearray]
-    _occ_spans: dict[tuple[tuple[str, int], str], array[int]]
+    _occ_spans: dict[tuple[str, int], dict[str, array[int]]]
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
-        spans = self._occ_spans.get((proc, name))
+        named = self._occ_spans.get(proc)
+        if named is None:
+            named = self._occ_spans[proc] = {}
+        spans = named.get(name)
         if spans is None:
-            spans = self._occ_spans[(proc, name)] = array("q")
+            spans = named[name] = array("q")
         occ = len(spans) // 2
         spans += array("q", (start, end))
         i = self._instance(name, occ, start, end)
@@ -71,7 +74,7 @@ class PhaseInstances:
         if not earlier or not any(earlier[j] <= start <= earlier[j + 1]
                                   for j in range(0, len(earlier), 2)):
             return None
-        spans = self._occ_spans.get((proc, name))
+        spans = self._occ_spans.get(proc, {}).get(name)
         if not spans:
             return None
         flat = np.frombuffer(spans, dtype=np.int64)

@@ -59,7 +59,7 @@ class RecordViews:
     _i_occ: np.ndarray
     _i_start: np.ndarray
     _i_end: np.ndarray
-    _occ_spans: dict[tuple[tuple[str, int], str], array[int]]
+    _occ_spans: dict[tuple[str, int], dict[str, array[int]]]
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
@@ -153,7 +153,7 @@ class RecordViews:
         as (occurrence, instance id), given the process's flattened occurrence spans."""
         for p in procs:
             proc = self._processes[p]
-            spans = self._occ_spans.get((proc, name))
+            spans = self._occ_spans.get(proc, {}).get(name)
             if spans is None:
                 continue
             for occ, inst in pick(spans):

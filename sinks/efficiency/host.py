@@ -11,17 +11,16 @@ overlap, as the trace's host states do.
 
 from __future__ import annotations
 
-import math
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
+from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_metrics, host_row
 from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
@@ -38,6 +37,7 @@ __all__ = [
     "HostSample",
     "HostTotals",
     "by_thread",
+    "captured",
     "host_metrics",
     "outside",
     "restore_process",
@@ -53,6 +53,8 @@ HOST_WIDTH = 2
 _SUMS = 2 * HOST_WIDTH
 #: ``HostProcess.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
 SPAN, MPI_SPAN = -1, -2
+#: ``HostProcess.log`` lengths searched in Python (a process of a few reports and threads)
+_SMALL = _SUMS + 3 * 32
 
 
 Spans = list[tuple[int, int]]
@@ -102,6 +104,9 @@ class HostProcess(msgspec.Struct, gc=False):
         return np.array(self.log[_SUMS:], np.int64).reshape(-1, 3)
 
     def _tagged(self, tag: int) -> Spans:
+        t = self.log
+        if len(t) <= _SMALL:  # a few records: a Python pass costs less than numpy's calls
+            return [(t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] == tag]
         recs = self.records()
         mine = recs[recs[:, 0] == tag]
         return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
@@ -132,22 +137,6 @@ class _Open(msgspec.Struct):
     seen: dict[int, set[int]] = msgspec.field(default_factory=dict)
     #: per process index: phase occurrences that may still receive time (start, end, id)
     phases: dict[int, list[tuple[int, int, int]]] = msgspec.field(default_factory=dict)
-
-
-class HostSample(NamedTuple):
-    """One host process over an interval: captured, CUDA runtime and MPI ns as a process, and
-    the number of its host threads with the sums of their own captured, runtime and MPI ns."""
-
-    host: str
-    pid: int
-    rank: int | None
-    captured: int
-    runtime: int
-    mpi: int
-    threads: int = 0
-    thread_captured: int = 0
-    thread_runtime: int = 0
-    thread_mpi: int = 0
 
 
 def outside(lo: np.ndarray, hi: np.ndarray, spans: Spans) -> tuple[np.ndarray, np.ndarray]:
@@ -308,11 +297,13 @@ class HostTotals:
         def samples() -> Iterator[tuple[HostProcess, HostSample]]:
             for key in sorted(self.processes):
                 hp = self.processes[key]
-                t = covered(hp.spans, start, end)
-                each = [covered(sp, start, end) for sp in by_thread(hp)]
+                own, theirs = captured(hp)
+                t = covered(own, start, end)
+                each = [covered(sp, start, end) for sp in theirs]
                 if t <= 0 and not any(each):
                     continue
-                v = hp.log[:_SUMS].tolist() if window is None else \
+                lg = hp.log
+                v = (lg[0], lg[1], lg[2], lg[3]) if window is None else \
                     self.windows.get(window, hp.id) or zero
                 yield hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
                                      sum(1 for x in each if x > 0), sum(each), v[2], v[3])
@@ -332,8 +323,9 @@ class HostTotals:
             hp = self.processes.get(key)
             if hp is None:
                 continue
-            t = covered(hp.spans, s, e)
-            each = [covered(sp, s, e) for sp in by_thread(hp)]
+            own, theirs = captured(hp)
+            t = covered(own, s, e)
+            each = [covered(sp, s, e) for sp in theirs]
             if t <= 0 and not any(each):
                 continue
             mpi = mpi or covered(hp.mpi_spans, s, e) > 0
@@ -374,83 +366,16 @@ def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], 
                   end: int, mpi: bool | None = None) -> HostParts | None:
     """host_metrics of (process, sample) rows (made again for each pass over them); MPI ones
     where ``mpi``, by default where any process has a report with MPI calls in [start, end)."""
-    sums = _Sums()
+    sums = HostSums()
     any_mpi = False
     for hp, sample in rows():
         if mpi is None and not any_mpi:
             any_mpi = covered(hp.mpi_spans, start, end) > 0
-        sums.add(_host_row(sample))
+        sums.add(host_row(sample))
     if not sums.count:
         return None
     return sums.metrics(any_mpi if mpi is None else mpi, []), lambda: (
-        _host_row(sample) for _, sample in rows())
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
-
-
-def _host_row(raw: Sequence[Any]) -> HostRow:
-    r = HostSample(*raw)
-    useful = max(r.captured - r.runtime - r.mpi, 0)
-    t_useful = max(r.thread_captured - r.thread_runtime - r.thread_mpi, 0)
-    return HostRow(
-        host=r.host, pid=r.pid, rank=r.rank, captured_ns=r.captured, useful_ns=useful,
-        runtime_ns=r.runtime, mpi_ns=r.mpi, threads=r.threads,
-        thread_captured_ns=r.thread_captured, thread_useful_ns=t_useful,
-        thread_runtime_ns=r.thread_runtime, thread_mpi_ns=r.thread_mpi,
-        device_offload_efficiency=_ratio(t_useful, t_useful + r.thread_runtime),
-        process_offload_efficiency=_ratio(useful, useful + r.runtime))
-
-
-class _Sums:
-    """What the host metrics sum over the processes' rows, taken a row at a time."""
-
-    def __init__(self) -> None:
-        self.count = self.thread_useful = self.thread_runtime = self.useful = self.runtime = 0
-        #: each captured process's useful share of its captured time, in row order
-        self.shares = array("d")
-
-    def add(self, r: HostRow) -> None:
-        self.count += 1
-        self.thread_useful += r.thread_useful_ns
-        self.thread_runtime += r.thread_runtime_ns
-        if r.captured_ns > 0:
-            self.useful += r.useful_ns
-            self.runtime += r.runtime_ns
-            self.shares.append(r.useful_ns / r.captured_ns)
-
-    def metrics(self, mpi: bool, hosts: list[HostRow]) -> HostMetrics:
-        doe = _ratio(self.thread_useful, self.thread_useful + self.thread_runtime)
-        pdoe = _ratio(self.useful, self.useful + self.runtime)
-        lb = ce = mpe = None
-        shares = self.shares
-        if mpi and shares:
-            top = max(shares)
-            lb = math.fsum(shares) / len(shares) / top if top > 0 else 1.0
-            ce = top
-            mpe = lb * ce
-        pe = None if doe is None else (doe if mpe is None else mpe * doe)
-        return HostMetrics(parallel_efficiency=pe, mpi_parallel_efficiency=mpe,
-                           device_offload_efficiency=doe, process_offload_efficiency=pdoe,
-                           load_balance=lb, communication_efficiency=ce, hosts=hosts)
-
-
-def host_metrics(rows: Iterable[Sequence[Any]], *, mpi: bool) -> HostMetrics:
-    """Host metrics of processes (``HostSample`` fields; the thread ones default to 0).
-
-    Per process: useful = captured - runtime - MPI (at least 0), and the same per thread
-    summed over its host threads. Host offload efficiency (BasicAnalysis's device offload
-    efficiency) DOE = sum(thread useful) / sum(thread useful + thread runtime) over every host
-    thread; ``process_offload_efficiency`` is that ratio over processes. With ``mpi`` (MPI
-    tables present): LB = mean(u) / max(u), CE = max(u), MPI PE = LB * CE, where u is each
-    process's useful share of its captured time; host PE = MPI PE * DOE, or DOE without MPI.
-    """
-    out = [_host_row(r) for r in rows]
-    sums = _Sums()
-    for r in out:
-        sums.add(r)
-    return sums.metrics(mpi, out)
+        host_row(sample) for _, sample in rows())
 
 
 def thread_spans(hp: HostProcess, tid: int) -> Spans:
@@ -460,16 +385,27 @@ def thread_spans(hp: HostProcess, tid: int) -> Spans:
 
 def threads(hp: HostProcess) -> list[tuple[int, int, int]]:
     """(tid, start, end) of each span a host thread of ``hp`` is captured over, in order."""
-    t = hp.log[_SUMS:].tolist()
-    return [(t[j], t[j + 1], t[j + 2]) for j in range(0, len(t), 3) if t[j] >= 0]
+    t = hp.log.tolist()
+    return [(t[j], t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] >= 0]
 
 
 def by_thread(hp: HostProcess) -> list[Spans]:
     """Each host thread's spans (``thread_spans``), threads in the order first met."""
-    out: dict[int, Spans] = {}
-    for tid, s, e in threads(hp):
-        out.setdefault(tid, []).append((s, e))
-    return list(out.values())
+    return captured(hp)[1]
+
+
+def captured(hp: HostProcess) -> tuple[Spans, list[Spans]]:
+    """The process's spans (``spans``) and each host thread's (``by_thread``), in one pass."""
+    t = hp.log.tolist()
+    own: Spans = []
+    each: dict[int, Spans] = {}
+    for j in range(_SUMS, len(t), 3):
+        tag = t[j]
+        if tag == SPAN:
+            own.append((t[j + 1], t[j + 2]))
+        elif tag >= 0:
+            each.setdefault(tag, []).append((t[j + 1], t[j + 2]))
+    return own, list(each.values())
 
 
 def restore_process(totals: HostTotals, host: str, pid: int, rank: int | None,

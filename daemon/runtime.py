@@ -21,7 +21,8 @@ _reported = False
 def extensions() -> tuple[OptionalExtension, ...]:
     """Every optional C extension (importing the modules that declare them: numpy comes too,
     so only once a command runs)."""
-    from prvstream.daemon.nsys import rowfill  # noqa: F401 - each import declares one
+    from prvstream.daemon.kinds import nesting  # noqa: F401 - each import declares one
+    from prvstream.daemon.nsys import rowfill  # noqa: F401
     from prvstream.daemon.stream import merge, ready  # noqa: F401
     from prvstream.sinks import arrays  # noqa: F401
     from prvstream.sinks.efficiency import overlap  # noqa: F401

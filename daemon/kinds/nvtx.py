@@ -10,6 +10,7 @@ from typing import Final
 
 import numpy as np
 
+from prvstream.daemon.kinds import nesting
 from prvstream.daemon.kinds.base import (
     I4,
     I8,
@@ -108,24 +109,15 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     # value restored at each range's end: the innermost enclosing push/pop range still open
     restore = np.zeros(len(chunk), dtype=np.int64)
     pushpop = np.flatnonzero(etype_col == NVTX_PUSH_POP)
-    gt = chunk["gtid"].tolist()
-    dl = domains.tolist()
-    st = start.tolist()
-    en = end.tolist()
-    vl = value.tolist()
-    stacks: dict[tuple[int, int], list[tuple[int, int]]] = {}  # the chunk's look-ups
-    for i in pushpop.tolist():
-        key = (gt[i], dl[i])
-        stack = stacks.get(key)
-        if stack is None:
-            stack = stacks[key] = ctx.nvtx_stack(*key)
-        while stack and stack[-1][0] <= st[i]:
-            stack.pop()
-        for parent_end, parent_value in reversed(stack):
-            if parent_end > en[i]:
-                restore[i] = parent_value
-                break
-        stack.append((en[i], vl[i]))
+    if len(pushpop):  # per thread and domain, each in start order (a stable sort)
+        gt, dl = chunk["gtid"][pushpop], domains[pushpop]
+        order = np.lexsort((dl, gt))
+        gt, dl, rows = gt[order], dl[order], pushpop[order]
+        cuts = np.flatnonzero((gt[1:] != gt[:-1]) | (dl[1:] != dl[:-1])) + 1
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True):
+            r = rows[a:b]
+            restore[r] = nesting.restore(ctx.nvtx_stack(int(gt[a]), int(dl[a])), start[r],
+                                         end[r], value[r])
     ranges = np.flatnonzero(etype_col != NVTX_MARK)
     seq = ctx.next_seq("nvtx", len(chunk))
     rank = RANK * 4 + LINE_EVENT

@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 from prvstream.daemon import runtime
 from prvstream.daemon.cli.main import cli
 from prvstream.daemon.config import load_settings
+from prvstream.daemon.kinds import nesting
 from prvstream.daemon.nsys import reader, rowfill
 from prvstream.daemon.stream import merge, ready
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
@@ -40,7 +41,7 @@ def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, rowfill.SQL_ROWS, overlap.OVERLAPS,
                                         fastfmt.FORMATTER, fastfmt.WRITER, fastfmt.THREAD,
-                                        merge.SORTER,
+                                        merge.SORTER, nesting.NESTING,
                                         merge.GATHERER, ready.SPLITTER,
                                         arrays.FACTORIZER, records.KEYS}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()

@@ -10,11 +10,9 @@
  * A value that is not an int raises TypeError, one out of its column's range OverflowError,
  * naming the row and column. The numpy fallback in rowfill.py fills the same bytes.
  */
-#include "native.h"
+#include "layout.h"
 #include <stdint.h>
 #include <string.h>
-
-#define MAX_COLUMNS 64
 
 static PyObject *fill_rows(PyObject *self, PyObject *args) {
     PyObject *rows, *offsets, *sizes;
@@ -30,21 +28,10 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
     Py_ssize_t nrows = PyList_GET_SIZE(rows);
     Py_ssize_t off[MAX_COLUMNS];
     int wide[MAX_COLUMNS];
-    if (ncols > MAX_COLUMNS || PyTuple_GET_SIZE(sizes) != ncols || itemsize <= 0 ||
-        out.len != nrows * itemsize) {
-        PyErr_SetString(PyExc_ValueError,
-                        "out must hold len(rows) * itemsize bytes, one size per offset");
+    if (parse_layout(offsets, sizes, itemsize, off, wide) < 0) goto done;
+    if (out.len != nrows * itemsize) {
+        PyErr_SetString(PyExc_ValueError, "out must hold len(rows) * itemsize bytes");
         goto done;
-    }
-    for (Py_ssize_t j = 0; j < ncols; j++) {
-        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
-        off[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, j));
-        if (PyErr_Occurred()) goto done;
-        if ((size != 4 && size != 8) || off[j] < 0 || off[j] + size > itemsize) {
-            PyErr_SetString(PyExc_ValueError, "each column is 4 or 8 bytes inside the item");
-            goto done;
-        }
-        wide[j] = size == 8;
     }
     char *base = (char *)out.buf;
     for (Py_ssize_t i = 0; i < nrows; i++) {

@@ -12,12 +12,10 @@
  *   messages of the reader's Python fetch and fill_rows (_rowfill.c).
  * Errors opening or preparing raise RuntimeError with SQLite's message.
  */
-#include "native.h"
+#include "layout.h"
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
-
-#define MAX_COLUMNS 64
 
 typedef struct {
     PyObject_HEAD
@@ -169,19 +167,10 @@ static PyObject *query_fill(query_t *q, PyObject *args) {
     Py_ssize_t ncols = PyTuple_GET_SIZE(offsets);
     Py_ssize_t off[MAX_COLUMNS];
     int wide[MAX_COLUMNS];
-    if (ncols > MAX_COLUMNS || PyTuple_GET_SIZE(sizes) != ncols || itemsize <= 0 || rows < 0) {
-        PyErr_SetString(PyExc_ValueError, "one size per offset, a positive itemsize");
+    if (parse_layout(offsets, sizes, itemsize, off, wide) < 0) return NULL;
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows must be at least 0");
         return NULL;
-    }
-    for (Py_ssize_t j = 0; j < ncols; j++) {
-        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
-        off[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, j));
-        if (PyErr_Occurred()) return NULL;
-        if ((size != 4 && size != 8) || off[j] < 0 || off[j] + size > itemsize) {
-            PyErr_SetString(PyExc_ValueError, "each column is 4 or 8 bytes inside the item");
-            return NULL;
-        }
-        wide[j] = size == 8;
     }
     if (q->done) return Py_BuildValue("(iy#)", 0, "", (Py_ssize_t)0);
     PyObject *buf = PyByteArray_FromStringAndSize(NULL, rows * itemsize);

@@ -8,6 +8,7 @@ times (``timebound``) are read by the classes ``Export`` builds on.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -86,6 +87,9 @@ class Export(ExportClock):
         #: (table, where) -> rows, and (rows, first, last) where the time range was scanned
         self._counts: dict[tuple[str, str], int] = {}
         self._facts: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
+        #: ``scan_facts_behind``'s thread, its sources, bounds and answer, until settled
+        self._facts_job: tuple[threading.Thread, list[KindSource], tuple[int, int],
+                               list[tuple[object, ...] | None]] | None = None
         if not any(self._nonempty(src) for kind in TABLE_KINDS for src in self.sources(kind)):
             endless = sorted({s.table for k in TABLE_KINDS for s in registry.get(k).no_end(self)})
             if endless:
@@ -117,10 +121,53 @@ class Export(ExportClock):
 
     def nonempty_kinds(self) -> list[str]:
         """Table kinds with at least one row, in registry order (from the one scan per table
-        that also finds its time range: planning needs both)."""
+        that also finds its time range: planning needs both; while ``scan_facts_behind``'s
+        scan runs, from one row looked up per table)."""
+        if self._facts_job is not None:
+            return [k for k in TABLE_KINDS if any(self._nonempty(s) for s in self.sources(k))]
         self._all_plain_facts()
         return [k for k in TABLE_KINDS if any(self._source_facts(s)[0] > 0
                                                for s in self.sources(k))]
+
+    def scan_facts_behind(self) -> None:
+        """Start ``_all_plain_facts``'s statement in a thread, on a connection of its own
+        (SQLite scans every table without the GIL), so that planning's DISTINCT scans run
+        meanwhile; whatever needs the facts waits for it (``_settle_facts``). The facts are
+        the same either way."""
+        if self._facts_job is not None:
+            return
+        found = self._plain_statement()
+        if found is None:
+            return
+        todo, sql = found
+        bounds = self.time_bound()  # on this thread: it reads this connection
+        con = connect_read_only(self.path)
+        answer: list[tuple[object, ...] | None] = [None]
+
+        def scan() -> None:
+            try:
+                answer[0] = con.execute(sql).fetchone()
+            except sqlite3.DatabaseError:
+                pass  # each table on its own, failing as it would alone
+            finally:
+                con.close()
+
+        job = threading.Thread(target=scan, name="prvstream-facts", daemon=True)
+        job.start()
+        self._facts_job = (job, todo, bounds, answer)
+
+    def _settle_facts(self) -> None:
+        """Wait for ``scan_facts_behind``'s scan and keep what it found."""
+        job, self._facts_job = self._facts_job, None
+        if job is not None:
+            thread, todo, (lo, hi), answer = job
+            thread.join()
+            if answer[0] is not None:
+                self._judge_all(todo, answer[0], lo, hi)
+
+    def close(self) -> None:
+        self._settle_facts()  # its thread holds a connection of its own
+        super().close()
 
     def _end_where(self, src: KindSource) -> tuple[str, str]:
         end = (f"COALESCE({_q(src.end)}, {_q(src.start)})"
@@ -131,11 +178,25 @@ class Export(ExportClock):
         """``_plain_facts`` of every source table not yet scanned, in one statement (one
         aggregate subquery per table); a table they do not settle, or a statement SQLite
         refuses, is left to ``_source_facts``."""
+        self._settle_facts()
+        found = self._plain_statement()
+        if found is None:
+            return
+        todo, sql = found
+        lo, hi = self.time_bound()
+        try:
+            row = self._con.execute(sql).fetchone()
+        except sqlite3.DatabaseError:
+            return  # each table on its own, failing as it would alone
+        self._judge_all(todo, row, lo, hi)
+
+    def _plain_statement(self) -> tuple[list[KindSource], str] | None:
+        """The source tables not yet scanned and ``_all_plain_facts``'s statement over them
+        (None for fewer than two)."""
         todo = list({(s.table, s.where): s for k in TABLE_KINDS for s in self.sources(k)
                      if (s.table, s.where) not in self._facts}.values())
         if len(todo) < 2:
-            return
-        lo, hi = self.time_bound()
+            return None
         key = (self.schema_key, tuple((s.table, s.where) for s in todo))
         sql = _AGGREGATES.get(key)
         if sql is None:  # from the schema alone: once per nsys version
@@ -144,10 +205,10 @@ class Export(ExportClock):
             if len(_AGGREGATES) >= _AGGREGATES_KEPT:
                 _AGGREGATES.clear()
             _AGGREGATES[key] = sql
-        try:
-            row = self._con.execute(sql).fetchone()
-        except sqlite3.DatabaseError:
-            return  # each table on its own, failing as it would alone
+        return todo, sql
+
+    def _judge_all(self, todo: list[KindSource], row: tuple[object, ...], lo: int,
+                   hi: int) -> None:
         for i, src in enumerate(todo):
             found = _judged(row[5 * i:5 * i + 5], lo, hi)
             if found is not None:
@@ -156,6 +217,7 @@ class Export(ExportClock):
 
     def _source_facts(self, src: KindSource) -> tuple[int, int | None, int | None]:
         """(rows, first start, last end or start) of one source table: one scan, read once."""
+        self._settle_facts()
         key = (src.table, src.where)
         found = self._facts.get(key)
         if found is None:

@@ -481,3 +481,17 @@ def test_reads_share_one_transaction_per_connection(tmp_path: Path) -> None:
                 writer.execute("CREATE TABLE held (a)")
         finally:
             writer.close()
+
+
+@pytest.mark.parametrize("path", real_export_params())
+def test_time_ranges_scanned_behind_planning_are_the_same(path: Path) -> None:
+    """``scan_facts_behind``: kinds from one row a table while the scan runs, then the same
+    kinds, counts, plan and metadata as the scan in line gives."""
+    with open_export(path) as inline:
+        want = (inline.nonempty_kinds(), inline.plan().counts, inline.meta)
+    with open_export(path) as behind:
+        behind.scan_facts_behind()
+        kinds = behind.nonempty_kinds()
+        got = (kinds, behind.plan().counts, behind.meta)
+        assert behind._facts_job is None  # the metadata waited for the scan
+    assert got == want

@@ -40,16 +40,21 @@ and its records wait in a temporary file (``state_json()`` splices ``summary.jso
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from prvstream.sinks.efficiency.feed import feed_report, summarize
 from prvstream.sinks.efficiency.metrics import job_metrics
 from prvstream.sinks.efficiency.model import EfficiencyModel
-from prvstream.sinks.efficiency.partial import (
-    EfficiencyState,
-    decode_partial,
-    encode_partial,
-    merge,
-    merge_all,
-)
+
+if TYPE_CHECKING:
+    from prvstream.sinks.efficiency.partial import (
+        EfficiencyState,
+        decode_partial,
+        encode_partial,
+        merge,
+        merge_all,
+    )
 
 __all__ = [
     "EfficiencyModel",
@@ -62,3 +67,17 @@ __all__ = [
     "merge_all",
     "summarize",
 ]
+
+#: the mergeable partial state's names, from ``partial`` loaded at the first use of one (a
+#: conversion in one process never merges)
+_PARTIAL = frozenset({"EfficiencyState", "decode_partial", "encode_partial", "merge",
+                      "merge_all"})
+
+
+def __getattr__(name: str) -> object:
+    """The partial-state names, from ``prvstream.sinks.efficiency.partial``."""
+    if name not in _PARTIAL:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.partial"), name)
+    globals()[name] = value
+    return value

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import sys
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,7 +17,6 @@ from prvstream.sinks.arrays import distinct
 from prvstream.sinks.base import ReportInfo, TableDetail, TableRows
 from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.intake import ActivityIntake
-from prvstream.sinks.efficiency.partial import EfficiencyState, export_state, restore
 from prvstream.sinks.efficiency.parts import (
     CATEGORY,
     CATEGORY_NCCL_USEFUL,
@@ -36,6 +36,9 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.encoded import EncodedRecord, RecordSpool
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
 from prvstream.sinks.summary.spill import SpilledFolder
+
+if TYPE_CHECKING:
+    from prvstream.sinks.efficiency.partial import EfficiencyState
 
 __all__ = ["EfficiencyModel"]
 
@@ -244,6 +247,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
 
     def partial(self) -> EfficiencyState:
         """The mergeable state of the reports so far (see ``partial.merge``)."""
+        from prvstream.sinks.efficiency.partial import export_state  # not on a conversion
+
         return export_state(self)
 
     @classmethod
@@ -251,6 +256,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
                      recent: int = DEFAULT_RECENT,
                      published: SummaryState | None = None) -> EfficiencyModel:
         """A model that continues from ``state`` (``partial.restore``)."""
+        from prvstream.sinks.efficiency.partial import restore
+
         return restore(state, flush_rows=flush_rows, recent=recent, published=published)
 
     def _require_report(self) -> Report:

@@ -67,7 +67,7 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
 #: what a conversion of a small export must not load: the daemon's stack, Dask, the HTML
 #: report, the other subcommands, ``.nsys-rep`` export and the reader process (``subprocess``:
 #: only inputs large enough for the reader, or reports to export, start a process), the
-#: summary's plot and Prometheus file, and
+#: summary's plot and Prometheus file, the efficiency model's mergeable partial state, and
 #: dataclasses (the core's record types are msgspec Structs: a class costs 20 us, not 0.5 ms)
 _NOT_ON_THE_CONVERT_PATH = (
     "asyncio", "anyio", "aiofiles", "watchdog", "structlog", "distributed", "dask", "html",
@@ -76,7 +76,7 @@ _NOT_ON_THE_CONVERT_PATH = (
     "prvstream.daemon.synthetic", "prvstream.sinks.report", "prvstream.daemon.nsys.reader",
     "prvstream.daemon.nsys.exporter", "prvstream.daemon.nsys.locate",
     "prvstream.sinks.summary.plot", "prvstream.sinks.summary.prom",
-    "prvstream.sinks.summary.timeline",
+    "prvstream.sinks.summary.timeline", "prvstream.sinks.efficiency.partial",
     *(f"prvstream.daemon.cli.{c}" for c in cli_main._HANDLERS if c != "convert"),
 )
 

@@ -182,6 +182,7 @@ class BatchHelper:
         child_in, outbox = _pipe()
         with contextlib.suppress(OSError):  # a smaller pipe only makes the helper wait
             fcntl.fcntl(child_out.fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the helper: never returns into the converter's stack
             code = 1
@@ -194,6 +195,8 @@ class BatchHelper:
                 with contextlib.suppress(BaseException):
                     child_out.send(("error", f"{type(exc).__name__}: {exc}"))
             finally:
+                if os.getppid() != parent:  # the converter was killed: nobody else will
+                    shutil.rmtree(scratch, ignore_errors=True)
                 os._exit(code)
         child_in.close()
         child_out.close()

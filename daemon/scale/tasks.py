@@ -116,7 +116,7 @@ def plan_report(path: str, kinds: list[str]) -> PlanFacts:
         facts = PlanFacts(
             path=path, host=rep.host, wall_start=rep.wall_start, wall_end=rep.wall_end,
             objects=objects_of(rep), values=value_labels_of(rep),
-            planned_rows=sum(rep.plan.counts.get(k, 0) for k in rep.kinds),
+            planned_rows=rep.planned_rows,
             claims=host_claims(rep))
         rep.close()  # keeps the plan; the convert task reopens it
     except BaseException:

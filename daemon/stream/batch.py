@@ -9,7 +9,7 @@ k-way merge writes one globally sorted ``.prv``; ``.pcf`` and ``.row`` follow fr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from prvstream.daemon.config import Settings, user_kind
@@ -41,7 +41,6 @@ log = get_logger(__name__)
 #: results do not depend on it; a sweep's temporaries grow with it): 8,192 held the
 #: converter's peak 1.7 MiB higher at 1M rows (docs/benchmarks.md, "Memory at 10M rows")
 FLUSH_ROWS = 4096
-
 
 
 def _exported(rep: Path) -> Path:
@@ -92,15 +91,14 @@ def expand_inputs(inputs: Iterable[str]) -> tuple[list[Path], list[tuple[str, st
     return [resolved[r] for r in sorted(resolved, key=str)], failed
 
 
-def _check_requested(reports: list[tuple[list[str], dict[str, int]]], wanted: list[str]
+def _check_requested(reports: Sequence[PreparedReport | RemoteReport], wanted: list[str]
                      ) -> None:
-    """Raise when no input holds any kind ``--trace`` asked for (each report's kinds and
-    planned rows); warn for each asked-for kind no input holds (the trace is still useful
-    without it)."""
-    found = {k for kinds, _ in reports for k in kinds}
+    """Raise when no input holds any kind ``--trace`` asked for; warn for each asked-for
+    kind no input holds (the trace is still useful without it)."""
+    found = {k for rep in reports for k in rep.kinds}
     # with the derived kinds their inputs give (links join API calls to the GPU work)
-    held = set(registry.to_convert({k for _, counts in reports
-                                    for k, n in counts.items() if n}))
+    held = set(registry.to_convert({k for rep in reports
+                                    for k, n in rep.counts.items() if n}))
     names = ", ".join(user_kind(k) for k in sorted(held)) or "nothing prvstream converts"
     absent = [user_kind(k) for k in wanted if k not in found]
     if not found:
@@ -232,8 +230,7 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
         raise NotAnExport(f"none of the {len(failed)} input(s) could be converted "
                           "(each reason is given above)")
     if settings.kinds:
-        _check_requested([(r.kinds, r.counts if isinstance(r, RemoteReport)
-                           else r.plan.counts) for r in everything], settings.kinds)
+        _check_requested(everything, settings.kinds)
     # the model takes the reports in canonical order, each as soon as it and every report
     # before it have streamed (they end in about that order: the merge opens them so)
     replay = None if model is None or len(everything) == 1 else InOrderReplay(

@@ -115,6 +115,16 @@ class PreparedReport(msgspec.Struct):
         """Canonical report order: wall-clock start, host, file name."""
         return (self.wall_start, self.host, self.path.name)
 
+    @property
+    def counts(self) -> Mapping[str, int]:
+        """Rows planned for each kind."""
+        return self.plan.counts
+
+    @property
+    def planned_rows(self) -> int:
+        """Rows planned for the kinds converted."""
+        return sum(self.plan.counts.get(k, 0) for k in self.kinds)
+
     def open(self, chunk_rows: int) -> None:
         """Reconnect if closed and choose the chunk source (unless one is started); a report
         whose rows are held streams them without a connection."""

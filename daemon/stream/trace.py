@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -127,9 +127,10 @@ def _numbered(rep: PreparedReport | RemoteReport
     return objects_of(rep), value_labels_of(rep)
 
 
-def canonical_numbering(ordered: list[PreparedReport]) -> Numbering:
-    """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``)."""
-    return numbering_of((objects_of(rep), value_labels_of(rep)) for rep in ordered)
+def canonical_numbering(ordered: Sequence[PreparedReport | RemoteReport]) -> Numbering:
+    """The canonical ids of a set of reports (sorted by ``PreparedReport.sort_key``), planned
+    here or by the helper."""
+    return numbering_of(_numbered(rep) for rep in ordered)
 
 
 def numbering_of(parts: Iterable[tuple[ReportObjects, dict[str, set[str]]]]) -> Numbering:
@@ -183,9 +184,8 @@ def write_trace(
     ordered = sorted(everything, key=lambda r: r.sort_key)
     if origin is None:
         origin = min(r.wall_start for r in ordered)
-    ids = numbering_of(_numbered(r) for r in ordered) if numbering is None else numbering
-    planned_rows = sum(sum(r.counts.get(k, 0) for k in r.kinds) if isinstance(r, RemoteReport)
-                       else sum(r.plan.counts.get(k, 0) for k in r.kinds) for r in ordered)
+    ids = canonical_numbering(ordered) if numbering is None else numbering
+    planned_rows = sum(r.planned_rows for r in ordered)
 
     repeating = shares_processes({(h, p) for h, p, *_ in _numbered(r)[0]} for r in ordered)
     if len(reports) > 1:  # planned: free every connection until its report streams

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from prvstream.sinks.efficiency.parts import grow
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["HostWindows"]
@@ -33,10 +34,7 @@ class HostWindows:
             if r is None:
                 r = at[proc] = self._n
                 self._n += 1
-                if self._n > len(self._rows):
-                    grown = np.zeros((max(2 * len(self._rows), 16), self.width), np.int64)
-                    grown[:len(self._rows)] = self._rows
-                    self._rows = grown
+                self._rows = grow(self._rows, self._n, first=16)
             self._rows[r, col] += total
 
     def get(self, window: int, proc: int) -> list[int] | None:

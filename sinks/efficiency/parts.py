@@ -64,7 +64,7 @@ def note_lines(notes: dict[str, tuple[int, list[str]]]) -> list[str]:
         more = f" and {count - len(names)} more" if count > len(names) else ""
         out.append(f"{note} ({', '.join(names)}{more})")
     return out
-#: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
+
 
 def grow(arr: np.ndarray, need: int, fill: int = 0, first: int = FIRST_ROWS) -> np.ndarray:
     """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``);

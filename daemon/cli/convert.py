@@ -100,12 +100,13 @@ def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
                                   model=model, progress=progress, summary_jsonl=history)
         else:
             result = convert(args.inputs, out, settings, model=model, progress=progress,
-                             summary_jsonl=history, helper=True)
+                             summary_jsonl=history, helper=True, sync_dir=False)
     finally:
         if progress is not None:
             progress.close()
     summary_path = out.with_name(out.name + ".summary.json")
     state = model.state()
+    # its directory's fsync also makes the trace's and the history's renames there durable
     atomic_write(summary_path, encode_record(state))
     result.outputs += [str(summary_path), str(history)]
     if not args.quiet:

@@ -130,10 +130,11 @@ class SummaryHistory:
         else:
             self.writer.append_bytes(model.iter_update_bytes())
 
-    def commit(self) -> None:
-        """Rename the records into place."""
+    def commit(self, *, sync_dir: bool = True) -> None:
+        """Rename the records into place (``sync_dir=False``: the caller fsyncs the
+        directory)."""
         if self.writer is not None and self.target is not None:
-            self.writer.publish(self.target)
+            self.writer.publish(self.target, sync_dir=sync_dir)
             self.writer = None
 
     def abandon(self) -> None:
@@ -146,7 +147,8 @@ class SummaryHistory:
 def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
             progress: Callable[[int, int], None] | None = None,
-            summary_jsonl: Path | None = None, *, helper: bool = False) -> ConvertResult:
+            summary_jsonl: Path | None = None, *, helper: bool = False,
+            sync_dir: bool = True) -> ConvertResult:
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
@@ -161,6 +163,9 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
     helper process (``stream.helper``: the second core), with the same outputs; where the
     helper cannot give them (it failed, or ids grew while converting), the batch is
     converted again in one process.
+
+    ``sync_dir=False``: the outputs are renamed into ``out``'s directory without fsyncing it;
+    the caller does, after renaming its own files there, before it reports them written.
     """
     paths, failed = expand_inputs(inputs)
     if helper and use_helper(paths, settings):
@@ -169,7 +174,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         fresh = copy.deepcopy(model)  # nothing fed yet: what a second attempt starts from
         try:
             return _convert_paths(paths, list(failed), out, settings, model, progress,
-                                  summary_jsonl, helped=True)
+                                  summary_jsonl, helped=True, sync_dir=sync_dir)
         except HelperDiverged as exc:
             log.warning("helper_diverged", reason=str(exc),
                         message=f"converting in one process: {exc}")
@@ -177,13 +182,13 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
                 vars(model).clear()
                 vars(model).update(vars(fresh))
     return _convert_paths(paths, failed, out, settings, model, progress, summary_jsonl,
-                          helped=False)
+                          helped=False, sync_dir=sync_dir)
 
 
 def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
                    settings: Settings, model: EfficiencyModel | None,
                    progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
-                   *, helped: bool) -> ConvertResult:
+                   *, helped: bool, sync_dir: bool = True) -> ConvertResult:
     # several reports: a small one is read once, while planned, and streams from the spill
     spill = RowSpill() if len(paths) > 1 else None
     helper = None
@@ -193,7 +198,7 @@ def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
             mine = paths[: int(len(paths) * OWN_SHARE)]
             helper = BatchHelper.start(paths[len(mine):], settings, len(paths))
         return _convert(paths, mine, failed, out, settings, model, progress, summary_jsonl,
-                        spill, helper)
+                        spill, helper, sync_dir)
     finally:
         if helper is not None:
             helper.close()
@@ -204,7 +209,8 @@ def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
 def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]], out: Path,
              settings: Settings, model: EfficiencyModel | None,
              progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
-             spill: RowSpill | None, helper: BatchHelper | None) -> ConvertResult:
+             spill: RowSpill | None, helper: BatchHelper | None,
+             sync_dir: bool = True) -> ConvertResult:
     reports: list[PreparedReport] = []
     for path in mine:
         try:
@@ -248,13 +254,14 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
         if model is not None and replay is not None:
             model.hold_updates()  # converted together: one update (issue 11)
         result = write_trace(reports, out, settings, progress=progress,
-                             sink_for=spool_for if model is not None else None, helper=helper)
+                             sink_for=spool_for if model is not None else None, helper=helper,
+                             sync_dir=sync_dir)
         if model is not None and replay is not None:
             replay.finish()
             model.release_updates()
         if model is not None:
             history.publish_updates(model)
-        history.commit()
+        history.commit(sync_dir=sync_dir)
     finally:
         history.abandon()
         for rep in reports:

@@ -39,7 +39,7 @@ from prvstream.daemon.stream.pipeline import (
 )
 from prvstream.sinks.base import Sink
 from prvstream.sinks.errors import NotAnExport, OutputConflict
-from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
+from prvstream.sinks.files import atomic_write_all, fsync_dir, output_mode
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import PrvWriter, metadata, placeholder
@@ -162,8 +162,10 @@ def write_trace(
     thread_last: dict[tuple[int, int], int] | None = None,
     on_batch: Callable[[RecordBatch], None] | None = None,
     helper: BatchHelper | None = None,
+    sync_dir: bool = True,
 ) -> ConvertResult:
-    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place).
+    """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place;
+    ``sync_dir=False``: the caller fsyncs their directory, with its own files renamed there).
 
     By default ids are canonical and the origin is the earliest report start, so ``reports``
     may come in any order; a live job passes its own ``numbering`` (appended to, never
@@ -256,19 +258,22 @@ def write_trace(
                         progress(sum(n for k, n in result.rows.items()
                                      if not registry.get(k).derived), planned_rows)
                 # the header is written last: objects registered while streaming are included
-                writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity))
+                writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity),
+                              sync=False)  # synced below, with the .pcf and .row
             finally:
                 writer.close()  # the thread stops before the file closes
-        if helper is not None:
-            result.rows.update(helper.rows)
-            result.kind_records.update(helper.kind_records)
-            if mark is not None and ids.grown_since(mark):  # ids grew here: not the helper's
-                raise HelperDiverged("a report registered ids the numbering lacked")
-        pcf_bytes, row_bytes = trace_metadata(ids)
-        atomic_write(pcf, pcf_bytes, sync_dir=False)
-        atomic_write(row, row_bytes, sync_dir=False)
+            if helper is not None:
+                result.rows.update(helper.rows)
+                result.kind_records.update(helper.kind_records)
+                if mark is not None and ids.grown_since(mark):  # ids grew: not the helper's
+                    raise HelperDiverged("a report registered ids the numbering lacked")
+            pcf_bytes, row_bytes = trace_metadata(ids)
+            # the three files fsynced at once (one journal commit), renamed .pcf, .row, .prv
+            atomic_write_all([(pcf, pcf_bytes), (row, row_bytes)], also=[fh.fileno()],
+                             sync_dir=False)
         os.replace(tmp, prv)
-        fsync_dir(prv.parent)  # the three renames made durable at once
+        if sync_dir:
+            fsync_dir(prv.parent)  # the three renames made durable at once
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

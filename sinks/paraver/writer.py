@@ -179,14 +179,16 @@ class PrvWriter:
             self.fh.seek(os.lseek(self._fd, 0, os.SEEK_CUR))
             self._fd = None
 
-    def finish(self, header: bytes) -> None:
-        """Write the header over the placeholder at the start and make the file durable."""
+    def finish(self, header: bytes, *, sync: bool = True) -> None:
+        """Write the header over the placeholder at the start and make the file durable
+        (``sync=False``: the caller fsyncs it, with its other outputs)."""
         self.flush()
         self.fh.flush()
         self.fh.seek(0)
         self.fh.write(header)
         self.fh.flush()
-        os.fsync(self.fh.fileno())
+        if sync:
+            os.fsync(self.fh.fileno())
 
 
 def _descriptor(fh: IO[bytes]) -> int | None:

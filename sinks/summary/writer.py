@@ -111,14 +111,16 @@ class SummaryWriter:
                  dropped=self._length - length if self._length > length else 0)
         self._length = length
 
-    def publish(self, path: str | os.PathLike[str]) -> None:
-        """Rename the (complete, fsynced) file to ``path`` atomically; never over a symlink."""
+    def publish(self, path: str | os.PathLike[str], *, sync_dir: bool = True) -> None:
+        """Rename the (complete, fsynced) file to ``path`` atomically; never over a symlink.
+        ``sync_dir=False``: the caller fsyncs the directory after its own renames there."""
         target = Path(path)
         if target.is_symlink():
             raise OutputConflict(f"{target} is a symlink; prvstream never writes through "
                                  f"symlinks, remove it or choose another output name")
         os.replace(self.path, target)
-        fsync_dir(target.parent)
+        if sync_dir:
+            fsync_dir(target.parent)
         self.path = target
 
     @staticmethod

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prvstream.sinks.errors import OutputConflict
-from prvstream.sinks.files import atomic_write, fsync_dir, output_mode
+from prvstream.sinks.files import atomic_write, atomic_write_all, fsync_all, fsync_dir, output_mode
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -42,3 +42,26 @@ def test_new_files_get_the_umask_mode(tmp_path: Path) -> None:
 def test_fsync_dir_tolerates_what_cannot_be_synced(tmp_path: Path) -> None:
     fsync_dir(tmp_path)
     fsync_dir(tmp_path / "missing")  # no error: best effort
+
+
+def test_atomic_write_all_syncs_together_and_cleans_up_on_error(tmp_path: Path) -> None:
+    """Several files (and a descriptor the caller renames itself) fsynced at once, then
+    renamed; a failed fsync leaves neither a temporary nor a replaced file behind."""
+    other = tmp_path / ".prv.tmp"
+    with open(other, "wb") as fh:
+        fh.write(b"body")
+        atomic_write_all([(tmp_path / "t.pcf", "pcf"), (tmp_path / "t.row", [b"r", b"ow"])],
+                         also=[fh.fileno()])
+    assert (tmp_path / "t.pcf").read_text() == "pcf"
+    assert (tmp_path / "t.row").read_bytes() == b"row"
+    read_end, write_end = os.pipe()  # a pipe cannot be fsynced: EINVAL
+    try:
+        with pytest.raises(OSError):
+            atomic_write_all([(tmp_path / "t.pcf", "new"), (tmp_path / "u.row", "x")],
+                             also=[read_end])
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert (tmp_path / "t.pcf").read_text() == "pcf"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".prv.tmp", "t.pcf", "t.row"]
+    fsync_all([])  # nothing to do

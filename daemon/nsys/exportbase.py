@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -16,15 +16,15 @@ from prvstream.daemon.kinds.sql import quote_identifier
 from prvstream.daemon.nsys.sqlite import connect_read_only
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["ExportBase", "memoized"]
+__all__ = ["ExportBase", "TableColumns", "memoized"]
 
 log = get_logger(__name__)
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound="ExportBase")
 
-#: table definitions (name, CREATE sql) -> columns of every table: exports of one nsys
-#: version share them, so the PRAGMA per table runs once per version and process
+#: table definitions (name, CREATE sql) -> columns of the tables asked about: exports of one
+#: nsys version share them, so the PRAGMA per table runs once per version and process
 _SCHEMAS: dict[tuple[tuple[object, ...], ...], tuple[int, dict[str, list[str]]]] = {}
 _SCHEMAS_KEPT = 16
 #: numbers the distinct schemas this process has seen (``ExportBase.schema_key``)
@@ -45,6 +45,41 @@ def memoized(method: Callable[[_E], _T]) -> Callable[[_E], _T]:
     return wrapper
 
 
+#: tables whose columns are read only when asked for: nsys's enumerations (value -> label),
+#: two thirds of an export's 40 to 90 tables, which no kind reads (a PRAGMA each was about
+#: 1 ms of cloverleaf's conversion); every other table's are read when the export opens
+_LAZY_PREFIX = "ENUM_"
+
+
+class TableColumns(Mapping[str, list[str]]):
+    """An export's tables and their columns; those not in ``known`` (``_LAZY_PREFIX``) are
+    read (``PRAGMA table_info``) when first asked for. ``known`` is shared by the exports of
+    one schema."""
+
+    def __init__(self, names: Iterable[str], known: dict[str, list[str]],
+                 probe: Callable[[str], list[str]]) -> None:
+        self._names = dict.fromkeys(names)
+        self._known = known
+        self._probe = probe
+
+    def __getitem__(self, table: str) -> list[str]:
+        cols = self._known.get(table)
+        if cols is None:
+            if table not in self._names:
+                raise KeyError(table)
+            cols = self._known[table] = self._probe(table)
+        return cols
+
+    def __contains__(self, table: object) -> bool:
+        return table in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class ExportBase:
     """A read-only connection to one export and its tables. Use from one thread at a time.
 
@@ -60,7 +95,7 @@ class ExportBase:
         #: the same number for exports whose tables are defined alike (what is built from
         #: the schema alone, such as a kind's SELECT, may be kept under it)
         self.schema_key = -1
-        self.tables: dict[str, list[str]] = self._probe_tables()
+        self.tables: TableColumns = self._probe_tables()
         #: small tables read once (processes, thread and domain names, ...)
         self._memo: dict[str, Any] = {}
 
@@ -109,20 +144,24 @@ class ExportBase:
         return iter(self._con.execute(sql, tuple(params)))
 
     # -- schema -----------------------------------------------------------------------------
-    def _probe_tables(self) -> dict[str, list[str]]:
-        """Tables and their columns; an export whose table definitions were seen before (the
-        same nsys version) costs one query instead of one per table."""
+    def _probe_tables(self) -> TableColumns:
+        """Tables and their columns (an enumeration's read when asked for); an export whose
+        table definitions were seen before (the same nsys version) costs one query."""
         found = tuple(self._con.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"))
         cached = _SCHEMAS.get(found)
         if cached is None:
-            cached = (next(_SCHEMA_KEYS), {str(n): [str(r[1]) for r in self._con.execute(
-                f"PRAGMA table_info({quote_identifier(str(n))})")] for n, _ in found})
+            cached = (next(_SCHEMA_KEYS), {str(n): self._columns(str(n)) for n, _ in found
+                                           if not str(n).startswith(_LAZY_PREFIX)})
             if len(_SCHEMAS) >= _SCHEMAS_KEPT:
                 _SCHEMAS.pop(next(iter(_SCHEMAS)))
             _SCHEMAS[found] = cached
         self.schema_key = cached[0]
-        return {n: list(cols) for n, cols in cached[1].items()}
+        return TableColumns((str(n) for n, _ in found), cached[1], self._columns)
+
+    def _columns(self, table: str) -> list[str]:
+        return [str(r[1]) for r in self._con.execute(
+            f"PRAGMA table_info({quote_identifier(table)})")]
 
     def has(self, table: str, column: str | None = None) -> bool:
         """Whether ``table`` (and ``column`` in it) exists."""

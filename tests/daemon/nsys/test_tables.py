@@ -231,3 +231,30 @@ def test_statements_are_built_once_per_schema(tmp_path: Path) -> None:
     finally:
         for export in exports:
             export.close()
+
+
+def test_enumeration_columns_are_read_when_asked_for(real_data_dir: Path) -> None:
+    """An export's tables are all listed at once; an enumeration's columns (``ENUM_*``: no
+    kind reads them) cost their PRAGMA only when asked for, and read the same."""
+    import sqlite3
+
+    from prvstream.daemon.nsys import exportbase
+
+    exportbase._SCHEMAS.clear()  # columns another test asked for would be known already
+    path = real_data_dir / "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = "
+                                           "'table' ORDER BY name")]
+        columns = {n: [r[1] for r in con.execute(f'PRAGMA table_info("{n}")')] for n in names}
+    finally:
+        con.close()
+    statements: list[str] = []
+    with open_export(path) as export:
+        export.connection.set_trace_callback(statements.append)
+        assert list(export.tables) == names and len(export.tables) == len(names)
+        assert export.has("CUPTI_ACTIVITY_KIND_KERNEL", "shortName") and not statements
+        assert export.has("ENUM_CUDA_MEMCPY_OPER", "name")
+        assert statements == ['PRAGMA table_info("ENUM_CUDA_MEMCPY_OPER")']
+        assert dict(export.tables) == columns
+        assert "NO_SUCH_TABLE" not in export.tables and not export.has("NO_SUCH_TABLE")

@@ -26,6 +26,7 @@ from prvstream.sinks.efficiency.parts import (
 )
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary import encoded
 from prvstream.sinks.summary.encoded import ROWS_AT_ONCE, EncodedRecord, ListField, record_pieces
 from prvstream.sinks.summary.records import (
     SCHEMA_VERSION,
@@ -83,13 +84,12 @@ class RecordViews:
         objects ``ROWS_AT_ONCE`` at a time: never one object a device for the whole job."""
         if span is None:
             span = max(end - start, 0)
-        rank_of = np.asarray(self._ranked(), np.int64)
-        ids = distinct(np.fromiter(gids, np.int64))
-        ids = ids[np.argsort(rank_of[ids], kind="stable")] if len(ids) else ids
+        ids = self._in_rank_order(gids)
         cols = _Columns(len(ids))
         spans: list[tuple[int, int]] = []
         for lo in range(0, len(ids), ROWS_AT_ONCE):
-            for j, gid in enumerate(ids[lo:lo + ROWS_AT_ONCE].tolist(), lo):
+            part = ids[lo:lo + ROWS_AT_ONCE]
+            for j, gid in enumerate(part if isinstance(part, list) else part.tolist(), lo):
                 dev = self._devices[gid]
                 found = row_of(dev)
                 if found is not None:
@@ -98,7 +98,7 @@ class RecordViews:
                 cols.devices.append(dev)
                 if captured:
                     spans += dev.spans
-        total = cols.metrics(np.arange(len(ids)), span)
+        total = cols.metrics(None, span)
         head = SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
@@ -108,6 +108,15 @@ class RecordViews:
             window_ns=self.window_ns, gap_threshold_ns=self.gap_threshold_ns,
             verdict=judge(total, cols, span), nccl_as=self.nccl_as)
         return _Draft(head, cols, span)
+
+    def _in_rank_order(self, gids: Iterable[int]) -> list[int] | np.ndarray:
+        """The distinct devices ``gids`` in rank order: a short list in Python, else numpy."""
+        ranked = self._ranked()
+        if isinstance(gids, list) and len(gids) <= encoded.ROWS_AT_ONCE:
+            return sorted(set(gids), key=lambda g: (ranked[g], g))
+        ids = distinct(np.fromiter(gids, np.int64))
+        ordered: np.ndarray = ids[np.argsort(np.asarray(ranked, np.int64)[ids], kind="stable")]
+        return ordered
 
     def _cumulative(self) -> EncodedRecord:
         start, end = self._span if self._span else (0, 0)
@@ -178,12 +187,19 @@ class RecordViews:
 
 class _Columns(Sequence[DeviceRow]):
     """A record's devices (in rank order) as columns: totals rows and captured time; read as
-    a sequence, each ``DeviceRow`` is made when it is read (``judge`` reads them twice)."""
+    a sequence, each ``DeviceRow`` is made when it is read (``judge`` reads them twice).
+
+    A record of at most ``ROWS_AT_ONCE`` devices (every phase record of a small job) is read
+    from Python lists and its rows made once: numpy's per-call cost outweighs its work there
+    (filled first: the lists are taken at the first read)."""
 
     def __init__(self, n: int) -> None:
         self.values = np.zeros((n, WIDTH), np.int64)
         self.captured = np.zeros(n, np.int64)
         self.devices: list[Device] = []
+        self._small = n <= encoded.ROWS_AT_ONCE
+        self._lists: tuple[list[list[int]], list[int]] | None = None
+        self._rows: list[DeviceRow] | None = None
 
     def __len__(self) -> int:
         return len(self.devices)
@@ -197,14 +213,33 @@ class _Columns(Sequence[DeviceRow]):
     def __getitem__(self, i: int | slice) -> DeviceRow | Sequence[DeviceRow]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
+        if self._small:
+            return self._made()[i]
         return self._row(self.devices[i], self.values[i].tolist(), int(self.captured[i]))
 
     def __iter__(self) -> Iterator[DeviceRow]:
+        if self._small:
+            yield from self._made()
+            return
         for lo in range(0, len(self), ROWS_AT_ONCE):
             hi = lo + ROWS_AT_ONCE
             for dev, v, t in zip(self.devices[lo:hi], self.values[lo:hi].tolist(),
                                  self.captured[lo:hi].tolist(), strict=True):
                 yield self._row(dev, v, t)
+
+    def _listed(self) -> tuple[list[list[int]], list[int]]:
+        """A small record's values and captured times as lists (taken once)."""
+        if self._lists is None:
+            self._lists = self.values.tolist(), self.captured.tolist()
+        return self._lists
+
+    def _made(self) -> list[DeviceRow]:
+        """A small record's rows (made once)."""
+        if self._rows is None:
+            values, captured = self._listed()
+            self._rows = [self._row(dev, v, t)
+                          for dev, v, t in zip(self.devices, values, captured, strict=True)]
+        return self._rows
 
     @staticmethod
     def _row(dev: Device, v: list[int], t: int) -> DeviceRow:
@@ -217,33 +252,57 @@ class _Columns(Sequence[DeviceRow]):
             inflight_ns=[max(t - sum(busy_k), 0), *busy_k], gaps=v[GAPS],
             gap_ns=v[GAP_NS], rank=dev.rank, pid=dev.pid, captured_ns=t)
 
-    def metrics(self, rows: np.ndarray, span: int) -> Metrics:
-        """The metrics of the devices at ``rows``."""
-        return job_metrics(self.values[rows, USEFUL].tolist(), self.values[rows, COMM].tolist(),
-                           span, self.captured[rows].tolist())
+    def metrics(self, rows: Sequence[int] | np.ndarray | None, span: int) -> Metrics:
+        """The metrics of the devices at ``rows`` (None: every device)."""
+        if self._small:
+            values, captured = self._listed()
+            if rows is not None:
+                values, captured = [values[j] for j in rows], [captured[j] for j in rows]
+            return job_metrics([v[USEFUL] for v in values], [v[COMM] for v in values], span,
+                               captured)
+        at = slice(None) if rows is None else rows
+        return job_metrics(self.values[at, USEFUL].tolist(), self.values[at, COMM].tolist(),
+                           span, self.captured[at].tolist())
 
     def grouped(self, keys: Iterable[str]) -> _Groups:
         """Each row's group (a host, a rank) by ``keys``: the groups' (name, code) in
         ``group_order``, the rows sorted by code (stable) and each code's bounds in them."""
         codes: dict[str, int] = {}
-        of = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), np.int64, len(self))
-        order = np.argsort(of, kind="stable")
-        return (sorted(codes.items(), key=lambda kv: group_order(kv[0])), order,
-                np.searchsorted(of[order], np.arange(len(codes) + 1)))
+        if self._small:
+            of = [codes.setdefault(k, len(codes)) for k in keys]
+            order = sorted(range(len(of)), key=of.__getitem__)
+            bounds = [0] * (len(codes) + 1)
+            for c in of:
+                bounds[c + 1] += 1
+            for c in range(len(codes)):
+                bounds[c + 1] += bounds[c]
+            return _named(codes), order, bounds
+        of_a = np.fromiter((codes.setdefault(k, len(codes)) for k in keys), np.int64, len(self))
+        order_a = np.argsort(of_a, kind="stable")
+        return _named(codes), order_a, np.searchsorted(of_a[order_a], np.arange(len(codes) + 1))
 
     def groups(self, grouped: _Groups, span: int) -> Iterator[GroupRow]:
         """One row per group: its devices' sums and metrics."""
         named, order, bounds = grouped
         for name, c in named:
             rows = order[bounds[c]:bounds[c + 1]]
-            yield GroupRow(name=name, devices=len(rows),
-                           useful_ns=int(self.values[rows, USEFUL].sum()),
-                           comm_ns=int(self.values[rows, COMM].sum()),
+            if self._small:
+                values = self._listed()[0]
+                useful = sum(values[j][USEFUL] for j in rows)
+                comm = sum(values[j][COMM] for j in rows)
+            else:
+                useful = int(self.values[rows, USEFUL].sum())
+                comm = int(self.values[rows, COMM].sum())
+            yield GroupRow(name=name, devices=len(rows), useful_ns=useful, comm_ns=comm,
                            metrics=self.metrics(rows, span))
 
 
 #: ``_Columns.grouped``
-_Groups = tuple[list[tuple[str, int]], np.ndarray, np.ndarray]
+_Groups = tuple[list[tuple[str, int]], list[int] | np.ndarray, list[int] | np.ndarray]
+
+
+def _named(codes: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(codes.items(), key=lambda kv: group_order(kv[0]))
 
 
 class _Draft:

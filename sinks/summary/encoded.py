@@ -6,6 +6,7 @@ job is never all in memory, as objects or as bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import TypeVar
 
 import msgspec
@@ -69,13 +70,8 @@ class EncodedRecord:
 
 
 def _slices(rows: Iterable[T]) -> Iterator[list[T]]:
-    chunk: list[T] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= ROWS_AT_ONCE:
-            yield chunk
-            chunk = []
-    if chunk:
+    it = iter(rows)
+    while chunk := list(islice(it, ROWS_AT_ONCE)):
         yield chunk
 
 

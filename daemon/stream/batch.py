@@ -11,20 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.dedupe import shares_processes
-from prvstream.daemon.stream.helper import (
-    OWN_SHARE,
-    BatchHelper,
-    HelperDiverged,
-    RemoteReport,
-    plan_one,
-    use_helper,
-)
 from prvstream.daemon.stream.pipeline import PreparedReport, objects_of
+from prvstream.daemon.stream.planned import HelperDiverged, RemoteReport, plan_one, use_helper
 from prvstream.daemon.stream.spool import InOrderReplay
 from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.base import Sink
@@ -32,6 +26,9 @@ from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, PrvstreamError, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import SummaryWriter
+
+if TYPE_CHECKING:
+    from prvstream.daemon.stream.helper import BatchHelper
 
 __all__ = ["FLUSH_ROWS", "SummaryHistory", "convert", "expand_inputs"]
 
@@ -194,7 +191,9 @@ def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
     helper = None
     mine = paths
     try:
-        if helped:
+        if helped:  # the helper's process machinery loads only for such a batch
+            from prvstream.daemon.stream.helper import OWN_SHARE, BatchHelper
+
             mine = paths[: int(len(paths) * OWN_SHARE)]
             helper = BatchHelper.start(paths[len(mine):], settings, len(paths))
         return _convert(paths, mine, failed, out, settings, model, progress, summary_jsonl,

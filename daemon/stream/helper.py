@@ -15,13 +15,10 @@ import shutil
 import signal
 import struct
 import tempfile
-import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.heldrows import RowSpill
@@ -30,12 +27,17 @@ from prvstream.daemon.stream.merge import Stream, read_run, reduce_streams, writ
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
-    ReportObjects,
     objects_of,
-    prepare,
     report_context,
     report_stream,
     value_labels_of,
+)
+from prvstream.daemon.stream.planned import (
+    MIN_REPORTS,
+    HelperDiverged,
+    RemoteReport,
+    plan_one,
+    use_helper,
 )
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.errors import PrvstreamError
@@ -47,8 +49,6 @@ __all__ = ["MIN_REPORTS", "OWN_SHARE", "BatchHelper", "HelperDiverged", "RemoteR
 
 log = get_logger(__name__)
 
-#: a batch of fewer reports converts in one process (the fork and the hand-over cost more)
-MIN_REPORTS = 32
 #: share of a batch's reports the converter plans and converts itself, the rest going to the
 #: helper: half balances the planning (1.0 s of CPU on each side for 400 small reports, the
 #: converter's start-up included); the converter's share of the conversion then waits on it
@@ -98,60 +98,6 @@ def _pipe() -> tuple[_Channel, _Channel]:
     """(read end, write end)."""
     r, w = os.pipe()
     return _Channel(r), _Channel(w)
-
-
-class HelperDiverged(Exception):
-    """The helper could not finish as one process would have (it failed, or a conversion
-    registered ids the canonical numbering lacked): the batch is converted in one process."""
-
-
-class RemoteReport(msgspec.Struct):
-    """What the converter knows of a report the helper planned: order, ids, size, claims."""
-
-    path: Path
-    host: str
-    wall_start: int
-    kinds: list[str]
-    counts: dict[str, int]
-    objects: ReportObjects
-    value_labels: dict[str, set[str]]
-    claims: list[Claim]
-
-    @property
-    def sort_key(self) -> tuple[int, str, str]:
-        """Canonical report order (``PreparedReport.sort_key``)."""
-        return (self.wall_start, self.host, self.path.name)
-
-    @property
-    def planned_rows(self) -> int:
-        """Rows planned for the kinds converted."""
-        return sum(self.counts.get(k, 0) for k in self.kinds)
-
-
-def use_helper(paths: Sequence[Path], settings: Settings) -> bool:
-    """Whether a batch is converted with a helper process: many reports, a second core, a
-    second process allowed (``Settings.reader``), and no thread that a fork would copy
-    half-way."""
-    return (len(paths) >= MIN_REPORTS and settings.reader and hasattr(os, "fork")
-            and len(os.sched_getaffinity(0)) >= 2 and threading.active_count() == 1)
-
-
-def plan_one(path: Path, settings: Settings, spill: RowSpill | None, reports: int
-             ) -> PreparedReport:
-    """Plan one report of a batch of ``reports`` (what numbering needs read, the
-    connection closed when there are several)."""
-    from prvstream.daemon.stream.trace import report_chunk_rows, whole_rows
-
-    rep = prepare(path, settings.kinds or None,  # one report: its reads start now
-                  prefetch_rows=settings.chunk_rows if reports == 1 else None,
-                  use_reader=settings.reader, presort=settings.presort, hold=spill,
-                  hold_rows=whole_rows(settings),
-                  chunk_rows=report_chunk_rows(settings, reports))
-    objects_of(rep)  # what numbering needs, read while the connection is open
-    value_labels_of(rep)
-    if reports > 1:
-        rep.close()  # connections reopen one fan-in group at a time
-    return rep
 
 
 class BatchHelper:

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -20,7 +21,6 @@ from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.stream.claims import earlier_claims, host_claims
 from prvstream.daemon.stream.dedupe import Repeats, drop_repeats, shares_processes
-from prvstream.daemon.stream.helper import BatchHelper, HelperDiverged, RemoteReport
 from prvstream.daemon.stream.merge import (
     KEY_TIME,
     RecordBatch,
@@ -37,6 +37,7 @@ from prvstream.daemon.stream.pipeline import (
     report_stream,
     value_labels_of,
 )
+from prvstream.daemon.stream.planned import HelperDiverged, RemoteReport
 from prvstream.sinks.base import Sink
 from prvstream.sinks.errors import NotAnExport, OutputConflict
 from prvstream.sinks.files import atomic_write_all, fsync_dir, output_mode
@@ -44,6 +45,9 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import PrvWriter, metadata, placeholder
 from prvstream.sinks.paraver.writer import header_capacity as paraver_capacity
+
+if TYPE_CHECKING:
+    from prvstream.daemon.stream.helper import BatchHelper
 
 __all__ = [
     "ConvertResult",

@@ -220,9 +220,25 @@ def _sampled_rows_sql(src: KindSource, lo: object, hi: object) -> str:
     statement computes them itself as ``_sample_sql`` does)."""
     if not (type(lo) is int and type(hi) is int and 0 <= (hi - lo) * (_SAMPLES - 1) < 2**63):
         return f"SELECT * FROM ({_sample_sql(src)})"
-    ids = _sampled_ids(lo, hi)
     where = f" AND ({src.where})" if src.where else ""
-    return f"SELECT {_q(src.start)} FROM {_q(src.table)} WHERE rowid IN ({ids}){where}"
+    return (f"SELECT {_q(src.start)} FROM {_q(src.table)} WHERE "
+            f"{_sampled_rowids_sql(lo, hi)}{where}")
+
+
+def _sampled_rowids_sql(lo: int, hi: int) -> str:
+    """A condition on ``rowid`` true exactly for ``_sampled_ids(lo, hi)``, cheap for SQLite
+    to compile (a list of 65 rowids costs it more than the rows it selects): a range of at
+    most ``_SAMPLES`` rowids is sampled whole; a wider one keeps the rowids ``lo + j`` for
+    which the first step ``k = ceil(j (_SAMPLES - 1) / d)`` reaching ``j`` lands on it
+    (``d k // (_SAMPLES - 1) == j``, with ``d = hi - lo``; never past int64 below 2^63 /
+    ``_SAMPLES``, else the list)."""
+    d, steps = hi - lo, _SAMPLES - 1
+    if d < _SAMPLES:
+        return f"rowid >= {lo} AND rowid <= {hi}"
+    if d * _SAMPLES >= 2**63:
+        return f"rowid IN ({_sampled_ids(lo, hi)})"
+    return (f"rowid >= {lo} AND rowid <= {hi} AND "
+            f"((rowid - {lo}) * {steps} + {d - 1}) / {d} * {d} / {steps} = rowid - {lo}")
 
 
 @functools.lru_cache(maxsize=256)

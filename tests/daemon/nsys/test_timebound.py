@@ -9,6 +9,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.kinds.registry import TABLE_KINDS
@@ -17,6 +19,8 @@ from prvstream.daemon.nsys.timebound import (
     BOUND_MARGIN_NS,
     CLOCK_SLACK_NS,
     SANE_NS,
+    _sampled_ids,
+    _sampled_rowids_sql,
     session_margin,
 )
 from prvstream.daemon.stream.batch import convert
@@ -215,3 +219,37 @@ def test_sampled_rowids_are_sqlites_own(tmp_path: Path, small_export: Path,
                  f"UPDATE {KERNEL} SET rowid = {new}")
     together, alone = _sampled(path)
     assert together == alone and together
+
+
+@settings(max_examples=200, deadline=None)
+@given(lo=st.integers(-2**62, 2**62), span=st.one_of(
+    st.integers(0, 200), st.integers(0, 10**7), st.integers(0, 2**63 // 65 + 10)))
+def test_the_sampled_rowids_condition_picks_the_sampled_rowids(lo: int, span: int) -> None:
+    """The rowid condition of the samples statement holds for exactly ``_sampled_ids``: of
+    the sampled rowids, their neighbours and both ends, SQLite keeps the sampled ones."""
+    hi = min(lo + span, 2**63 - 1)
+    sampled = {int(r) for r in _sampled_ids(lo, hi).split(",")}
+    near = {r + e for r in sampled for e in (-1, 0, 1)} | {lo - 1, lo, hi, hi + 1}
+    near = {r for r in near if -2**63 <= r < 2**63}
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (start INTEGER)")
+    con.executemany("INSERT INTO t (rowid, start) VALUES (?, 0)", [(r,) for r in near])
+    picked = {r for (r,) in con.execute(f"SELECT rowid FROM t WHERE {_sampled_rowids_sql(lo, hi)}")}
+    con.close()
+    assert picked == sampled
+
+
+def test_the_sampled_rowids_condition_on_every_rowid_of_small_ranges() -> None:
+    """Every range of up to 700 rowids, each rowid in it present: the condition keeps
+    exactly the sampled ones."""
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (start INTEGER)")
+    for lo in (1, -350):
+        con.execute("DELETE FROM t")
+        con.executemany("INSERT INTO t (rowid, start) VALUES (?, 0)",
+                        [(r,) for r in range(lo - 1, lo + 702)])
+        for span in range(700):
+            sampled = {int(r) for r in _sampled_ids(lo, lo + span).split(",")}
+            cond = _sampled_rowids_sql(lo, lo + span)
+            assert {r for (r,) in con.execute(f"SELECT rowid FROM t WHERE {cond}")} == sampled
+    con.close()

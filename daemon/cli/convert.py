@@ -11,6 +11,7 @@ from pathlib import Path
 from prvstream.daemon import heap
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds.bounds import hostile_text
+from prvstream.daemon.nsys import sqlitemode
 from prvstream.daemon.progress import TerminalProgress
 from prvstream.daemon.stream.batch import FLUSH_ROWS, convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
@@ -18,9 +19,12 @@ from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.files import atomic_write
+from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import SummaryState, encode_record, verdict
 
 __all__ = ["closing_block", "run"]
+
+log = get_logger(__name__)
 
 
 def _plural(n: int, word: str) -> str:
@@ -71,6 +75,9 @@ def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """``prvstream convert``."""
     heap.keep_freed_memory()  # many reports one after another: keep their freed pages
+    library = sqlitemode.unlocked()
+    if library is not None:
+        log.debug("sqlite_unlocked", library=str(library))
     out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:

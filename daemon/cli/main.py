@@ -495,6 +495,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv is None:
         _starting()
+        if sys.argv[1:2] == ["convert"]:  # a process of its own, one thread per connection
+            from prvstream.daemon.nsys.sqlitemode import unlock_connections
+
+            unlock_connections()
     try:
         return cli(*(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse's --help / usage errors

@@ -60,6 +60,8 @@ def cut(begin: np.ndarray, end: np.ndarray, grid_at: int = 0
     keep = end > begin
     begin, end = begin[keep] - grid_at, end[keep] - grid_at
     pieces = (end - 1) // GRID - begin // GRID + 1
+    if not bool((pieces != 1).any()):  # none crosses a grid point (most chunks): as they are
+        return begin + grid_at, end + grid_at, np.zeros(len(begin), bool)
     idx = np.repeat(np.arange(len(begin)), pieces)
     k = np.arange(len(idx)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     cell = begin[idx] // GRID + k

@@ -26,6 +26,7 @@ from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
 from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.summary import encoded
 from prvstream.sinks.summary.records import HostMetrics, HostRow
 
 __all__ = [
@@ -364,18 +365,27 @@ def _phases(hp: HostProcess, col: int, recent: list[tuple[int, int, int]] | None
 
 def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], start: int,
                   end: int, mpi: bool | None = None) -> HostParts | None:
-    """host_metrics of (process, sample) rows (made again for each pass over them); MPI ones
-    where ``mpi``, by default where any process has a report with MPI calls in [start, end)."""
+    """host_metrics of (process, sample) rows (made again for each pass over them, but for
+    up to ``ROWS_AT_ONCE`` of them, kept); MPI ones where ``mpi``, by default where any
+    process has a report with MPI calls in [start, end)."""
     sums = HostSums()
     any_mpi = False
+    kept: list[HostRow] | None = []
     for hp, sample in rows():
         if mpi is None and not any_mpi:
             any_mpi = covered(hp.mpi_spans, start, end) > 0
-        sums.add(host_row(sample))
+        row = host_row(sample)
+        sums.add(row)
+        if kept is not None and len(kept) < encoded.ROWS_AT_ONCE:
+            kept.append(row)
+        else:
+            kept = None
     if not sums.count:
         return None
-    return sums.metrics(any_mpi if mpi is None else mpi, []), lambda: (
+    made = kept
+    again = (lambda: iter(made)) if made is not None else lambda: (
         host_row(sample) for _, sample in rows())
+    return sums.metrics(any_mpi if mpi is None else mpi, []), again
 
 
 def thread_spans(hp: HostProcess, tid: int) -> Spans:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from prvstream.sinks.errors import OutputConflict
@@ -51,10 +51,14 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
             os.close(fd)
 
 
-def fsync_all(fds: Sequence[int]) -> None:
+def fsync_all(fds: Sequence[int], meanwhile: Callable[[], None] | None = None) -> None:
     """fsync every descriptor, all at once (one thread each beyond the first): the file
     system commits concurrent fsyncs together (ext4's journal: 5 small files in 6-9 ms
-    rather than 15-17 ms one after another here). The first error is raised after all end."""
+    rather than 15-17 ms one after another here). The first error is raised after all end.
+
+    ``meanwhile``: called while they run (every fsync on a thread of its own), for work that
+    does not need them done (a large trace's fsync is I/O its converter would wait for);
+    what it raises is raised once every fsync has ended."""
     errors: list[OSError] = []
 
     def one(fd: int) -> None:
@@ -63,13 +67,18 @@ def fsync_all(fds: Sequence[int]) -> None:
         except OSError as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=one, args=(fd,), daemon=True) for fd in fds[1:]]
+    own = 1 if meanwhile is None else 0
+    threads = [threading.Thread(target=one, args=(fd,), daemon=True) for fd in fds[own:]]
     for thread in threads:
         thread.start()
-    if fds:
-        one(fds[0])
-    for thread in threads:
-        thread.join()
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        elif fds:
+            one(fds[0])
+    finally:
+        for thread in threads:
+            thread.join()
     if errors:
         raise errors[0]
 
@@ -86,17 +95,19 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str | Iterable[byte
 
 def atomic_write_all(files: Sequence[tuple[str | os.PathLike[str],
                                            bytes | str | Iterable[bytes]]], *,
-                     also: Sequence[int] = (), sync_dir: bool = True) -> None:
+                     also: Sequence[int] = (), sync_dir: bool = True,
+                     meanwhile: Callable[[], None] | None = None) -> None:
     """``atomic_write`` of several files, their fsyncs (and those of ``also``: descriptors of
-    files the caller renames after this returns) at once (``fsync_all``), then their renames
-    in order and one fsync of each directory (none with ``sync_dir=False``)."""
+    files the caller renames after this returns) at once (``fsync_all``, with its
+    ``meanwhile``), then their renames in order and one fsync of each directory (none with
+    ``sync_dir=False``)."""
     staged: list[tuple[Path, Path, int]] = []
     try:
         for path, data in files:
             target = Path(path)
             tmp, fd = _write_temp(target, data)
             staged.append((tmp, target, fd))
-        fsync_all([*(fd for _, _, fd in staged), *also])
+        fsync_all([*(fd for _, _, fd in staged), *also], meanwhile)
     except BaseException:
         for tmp, _, fd in staged:
             os.close(fd)

@@ -249,17 +249,20 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
         return replay.spool(rep.path)
 
     history = SummaryHistory(summary_jsonl if model is not None else None)
-    try:
-        if model is not None and replay is not None:
-            model.hold_updates()  # converted together: one update (issue 11)
-        result = write_trace(reports, out, settings, progress=progress,
-                             sink_for=spool_for if model is not None else None, helper=helper,
-                             sync_dir=sync_dir)
+
+    def summarize() -> None:  # while the trace's files are fsynced (write_trace)
         if model is not None and replay is not None:
             replay.finish()
             model.release_updates()
         if model is not None:
             history.publish_updates(model)
+
+    try:
+        if model is not None and replay is not None:
+            model.hold_updates()  # converted together: one update (issue 11)
+        result = write_trace(reports, out, settings, progress=progress,
+                             sink_for=spool_for if model is not None else None, helper=helper,
+                             sync_dir=sync_dir, meanwhile=summarize)
         history.commit(sync_dir=sync_dir)
     finally:
         history.abandon()

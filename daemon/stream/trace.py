@@ -167,9 +167,13 @@ def write_trace(
     on_batch: Callable[[RecordBatch], None] | None = None,
     helper: BatchHelper | None = None,
     sync_dir: bool = True,
+    meanwhile: Callable[[], None] | None = None,
 ) -> ConvertResult:
     """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place;
     ``sync_dir=False``: the caller fsyncs their directory, with its own files renamed there).
+    ``meanwhile`` is called once every record is written, while the three files are fsynced
+    (the caller's summary records: a large trace's fsync is I/O it would wait for), before
+    they are renamed; not called when the conversion fails first.
 
     By default ids are canonical and the origin is the earliest report start, so ``reports``
     may come in any order; a live job passes its own ``numbering`` (appended to, never
@@ -274,7 +278,7 @@ def write_trace(
             pcf_bytes, row_bytes = trace_metadata(ids)
             # the three files fsynced at once (one journal commit), renamed .pcf, .row, .prv
             atomic_write_all([(pcf, pcf_bytes), (row, row_bytes)], also=[fh.fileno()],
-                             sync_dir=False)
+                             sync_dir=False, meanwhile=meanwhile)
         os.replace(tmp, prv)
         if sync_dir:
             fsync_dir(prv.parent)  # the three renames made durable at once

@@ -65,3 +65,23 @@ def test_atomic_write_all_syncs_together_and_cleans_up_on_error(tmp_path: Path) 
     assert (tmp_path / "t.pcf").read_text() == "pcf"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".prv.tmp", "t.pcf", "t.row"]
     fsync_all([])  # nothing to do
+
+
+def test_meanwhile_runs_before_the_renames_and_its_error_wins(tmp_path: Path) -> None:
+    """``meanwhile`` runs once, while the files are fsynced and before they are renamed; what
+    it raises is raised after the fsyncs end, leaving no temporary and no renamed file."""
+    seen: list[list[str]] = []
+    atomic_write_all([(tmp_path / "t.pcf", "pcf")],
+                     meanwhile=lambda: seen.append(sorted(p.name for p in tmp_path.iterdir())))
+    assert seen == [[f".t.pcf.{os.getpid()}.tmp"]]
+    assert (tmp_path / "t.pcf").read_text() == "pcf"
+
+    def fail() -> None:
+        raise KeyError("summary")
+
+    with pytest.raises(KeyError):
+        atomic_write_all([(tmp_path / "u.row", "row")], meanwhile=fail)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.pcf"]
+    calls: list[int] = []
+    fsync_all([], meanwhile=lambda: calls.append(1))
+    assert calls == [1]

@@ -495,3 +495,25 @@ def test_time_ranges_scanned_behind_planning_are_the_same(path: Path) -> None:
         got = (kinds, behind.plan().counts, behind.meta)
         assert behind._facts_job is None  # the metadata waited for the scan
     assert got == want
+
+
+@pytest.mark.parametrize("wanted", [
+    range(0, 200),  # dense: one range of ids
+    range(0, 60_000, 97),  # sparse: lists of ids, in batches
+    [5, 6, 7, 2**40, 9],  # one far id: a list
+    [3, 4, 50, 51, 52, 53, 60],  # a range with most of its ids unwanted
+])
+def test_strings_by_range_or_list_are_the_table_s(tmp_path: Path, wanted: range | list[int]
+                                                  ) -> None:
+    """Whether looked up by one range or by lists of ids, every wanted id gets its text
+    (absent ones "") and no unwanted id is taken."""
+    path = tmp_path / "ids.sqlite"
+    table = {i: f"t{i}" for i in range(0, 60_000, 3)} | {2**40: "far", 50: None}
+    make_db(path, {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], list(table.items())),
+        "OSRT_API": (["start", "end", "globalTid", "nameId"], [(1, 2, G | 1, 0)]),
+    })
+    with open_export(path) as export:
+        got = export.strings(wanted)
+        assert got == {i: table.get(i) or "" for i in wanted}
+        assert export._strings.keys() - {-1} == set(wanted)

@@ -24,7 +24,7 @@ from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_me
 from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
-from prvstream.sinks.efficiency.rowstore import RowStore
+from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import encoded
 from prvstream.sinks.summary.records import HostMetrics, HostRow
@@ -80,9 +80,8 @@ class HostProcess(msgspec.Struct, gc=False):
     #: (``MPI_SPAN``: MPI metrics are computed where any process has such a span), and of each
     #: span a host thread is captured over (tag: its OS tid; the reports that give it states)
     log: array[int] = msgspec.field(default_factory=lambda: array("q", bytes(8 * _SUMS)))
-    #: phase instance id -> totals row (time inside the process's own occurrence), then the
-    #: same summed over its threads (None until it has one)
-    instances: RowStore | None = None
+    #: (its rows by phase instance id: time inside its own occurrence, then the same summed
+    #: over its threads, are rows of ``HostTotals.instances`` under ``id``)
 
     @property
     def spans(self) -> Spans:
@@ -115,11 +114,6 @@ class HostProcess(msgspec.Struct, gc=False):
     def add_span(self, tag: int, span: tuple[int, int]) -> None:
         """Record a span of the process (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
         self.log.extend((tag, *span))
-
-    def instance_rows(self) -> RowStore:
-        if self.instances is None:
-            self.instances = RowStore(_SUMS)
-        return self.instances
 
 
 class _Open(msgspec.Struct):
@@ -161,6 +155,8 @@ class HostTotals:
         self.processes: dict[tuple[str, int], HostProcess] = {}
         #: every process's time per window (its row, then its threads')
         self.windows = HostWindows(_SUMS)
+        #: every process's rows by phase instance id (its own, then its threads')
+        self.instances = SharedRows(_SUMS)
         self._open: _Open | None = None
 
     def process(self, host: str, pid: int, rank: int | None) -> HostProcess:
@@ -221,14 +217,12 @@ class HostTotals:
             lst[:] = [p for p in lst if p[1] > frontier]
         self._settle(rep, final=False)
 
-    @staticmethod
-    def _settle(rep: _Open, *, final: bool) -> None:
+    def _settle(self, rep: _Open, *, final: bool) -> None:
         """Pack the phase rows no call adds time to any more: below the smallest occurrence
         still open in the process (all of them at the end of the report)."""
         for i, hp in enumerate(rep.procs):
-            if hp.instances is not None:
-                lst = None if final else rep.phases.get(i)
-                hp.instances.settle(min(p[2] for p in lst) if lst else None)
+            lst = None if final else rep.phases.get(i)
+            self.instances.settle(hp.id, min(p[2] for p in lst) if lst else None, final=final)
 
     def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
                e: np.ndarray) -> None:
@@ -253,7 +247,7 @@ class HostTotals:
         if len(lo):
             hp.log[col] += int((hi - lo).sum())
             self._attribute(hp.id, col, lo, hi)
-            _phases(hp, col, rep.phases.get(proc), lo, hi)
+            _phases(self.instances, hp, col, rep.phases.get(proc), lo, hi)
 
     def _attribute(self, proc: int, col: int, lo: np.ndarray, hi: np.ndarray) -> None:
         """Add disjoint pieces [lo, hi) to column ``col`` of the windows they fall in."""
@@ -330,7 +324,7 @@ class HostTotals:
             if t <= 0 and not any(each):
                 continue
             mpi = mpi or covered(hp.mpi_spans, s, e) > 0
-            found = None if hp.instances is None else hp.instances.get(i)
+            found = self.instances.get(hp.id, i)
             v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
                                                          found[HOST_WIDTH:].tolist())
             row = at.get(key)
@@ -350,8 +344,8 @@ class HostTotals:
         return _rows_metrics(samples, lo, hi, mpi)
 
 
-def _phases(hp: HostProcess, col: int, recent: list[tuple[int, int, int]] | None,
-            lo: np.ndarray, hi: np.ndarray) -> None:
+def _phases(rows: SharedRows, hp: HostProcess, col: int,
+            recent: list[tuple[int, int, int]] | None, lo: np.ndarray, hi: np.ndarray) -> None:
     """Add the parts of pieces [lo, hi) inside each open phase occurrence to column ``col``
     of the process's instance rows."""
     if not recent:
@@ -360,7 +354,7 @@ def _phases(hp: HostProcess, col: int, recent: list[tuple[int, int, int]] | None
     inside = covered_by(lo, hi, r[:, 0], r[:, 1])
     nz = inside > 0
     if nz.any():
-        hp.instance_rows().add(r[nz, 2], inside[nz], col)
+        rows.add(hp.id, r[nz, 2], inside[nz], col)
 
 
 def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], start: int,

@@ -21,6 +21,7 @@ from prvstream.sinks.efficiency.parts import (
     CATEGORY,
     CATEGORY_NCCL_USEFUL,
     NOTE_NAMES,
+    WIDTH,
     Device,
     Name,
     Pending,
@@ -29,6 +30,7 @@ from prvstream.sinks.efficiency.parts import (
 )
 from prvstream.sinks.efficiency.phases import PhaseInstances
 from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
+from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.sweep import DeviceSweep
 from prvstream.sinks.efficiency.tables import SpanIndex, Tables, phase_rows
 from prvstream.sinks.efficiency.updates import UpdateQueue
@@ -70,6 +72,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: depend on it; memory is O(flush_rows + open intervals))
         self.flush_rows = max(int(flush_rows), 1)
         self._devices: list[Device] = []
+        #: each device's totals per window slot and per phase instance id, by device id
+        self._dev_windows = SharedRows(WIDTH)
+        self._dev_instances = SharedRows(WIDTH)
         self._device_ids: dict[tuple[str, int], int] = {}
         #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
         #: in before others (stale), so registering is never a pass over every device

@@ -253,11 +253,13 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
     k_of_slot = np.zeros(len(m._window_slots), np.int64)
     for k, slot in m._window_slots.items():
         k_of_slot[slot] = k
-    for d in sorted(m._devices, key=lambda d: (d.host, d.device)):
-        held, rows = d.windows.rows()
+    for gid in sorted(range(len(m._devices)),
+                      key=lambda g: (m._devices[g].host, m._devices[g].device)):
+        d = m._devices[gid]
+        held, rows = m._dev_windows.rows(gid)
         windows = _table(k_of_slot[held], rows)
         instances: dict[str, Rows] = {}
-        ids, tab = d.instances.rows()
+        ids, tab = m._dev_instances.rows(gid)
         if len(ids):
             nids = m._i_name[ids]
             for nid in np.unique(nids, return_counts=True)[0].tolist():  # counts: no numpy.ma
@@ -300,8 +302,8 @@ def _host_state(m: EfficiencyModel, hp: HostProcess, windows: np.ndarray,
                 rows: np.ndarray) -> HostState:
     instances: dict[str, Rows] = {}
     thread_instances: dict[str, Rows] = {}
-    if hp.instances is not None:
-        ids, vals = hp.instances.rows()
+    ids, vals = m._host.instances.rows(hp.id)
+    if len(ids):
         nids = m._i_name[ids]
         for nid in sorted(set(nids.tolist()), key=lambda n: m._names[n].name):
             sel = nids == nid
@@ -344,14 +346,15 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
         for rec in ds.streams:
             dev.streams.extend(rec)
-        m._add_device(dev)
+        gid = m._add_device(dev)
         keys, values = _arrays(ds.windows)
         if len(keys):
-            dev.windows.load(np.array(m._window_rows(dev, keys.tolist()), np.int64), values)
+            m._dev_windows.load(gid, np.array(m._window_rows(dev, keys.tolist()), np.int64),
+                                values)
         m._phase_rows(dev)
         for name, rows in ds.instances.items():
             keys, values = _arrays(rows)
-            dev.instances.load(m._names[m._name_ids[name]].instances[keys], values)
+            m._dev_instances.load(gid, m._names[m._name_ids[name]].instances[keys], values)
         for name, row in ds.names.items():
             dev.names[m._name_ids[name]] = row
     for h in state.hosts:
@@ -359,13 +362,18 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
                              h.totals, h.thread_totals)
         for col, rows in ((0, h.windows), (HOST_WIDTH, h.thread_windows)):
             m._host.windows.load(hp.id, col, rows.keys, rows.values)
+        at: list[np.ndarray] = []  # both halves at once: a process's rows are loaded once
+        halves: list[np.ndarray] = []
         for col, named in ((0, h.instances), (HOST_WIDTH, h.thread_instances)):
             for name, rows in named.items():
                 ids = m._names[m._name_ids[name]].instances
-                vals = np.zeros((len(rows.keys), 2 * HOST_WIDTH), np.int64)
-                vals[:, col:col + HOST_WIDTH] = np.asarray(rows.values, np.int64).reshape(
+                half = np.zeros((len(rows.keys), 2 * HOST_WIDTH), np.int64)
+                half[:, col:col + HOST_WIDTH] = np.asarray(rows.values, np.int64).reshape(
                     -1, HOST_WIDTH)
-                hp.instance_rows().load(ids[np.asarray(rows.keys, np.int64)], vals)
+                at.append(ids[np.asarray(rows.keys, np.int64)])
+                halves.append(half)
+        if at:
+            m._host.instances.load(hp.id, np.concatenate(at), np.concatenate(halves))
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}

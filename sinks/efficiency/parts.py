@@ -9,7 +9,6 @@ import msgspec
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo
-from prvstream.sinks.efficiency.rowstore import RowStore
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.encoded import EncodedRecord
 
@@ -91,10 +90,8 @@ class Device(msgspec.Struct, gc=False):
     #: its totals (row 0), then its totals per phase name id (rows of WIDTH, grown with the
     #: names: ``totals`` and ``names`` are views of it; one array, not two, a device)
     acc: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((1, WIDTH), np.int64))
-    #: totals per window slot and per phase instance id (packed once the report ends or, for
-    #: instances, once closed)
-    windows: RowStore = msgspec.field(default_factory=lambda: RowStore(WIDTH))
-    instances: RowStore = msgspec.field(default_factory=lambda: RowStore(WIDTH))
+    #: (its totals per window slot and per phase instance id are rows of the model's
+    #: ``SharedRows`` tables, by device id)
     #: (pid, stream, first, last) activity starts of each report fed so far, flattened
     #: records (a few per report: not a dict of lists): a later report's activity starting
     #: inside one was captured by it already (``repeats``)

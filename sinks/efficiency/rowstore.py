@@ -94,6 +94,11 @@ class RowStore:
         """Rows held (packed ones and the dense block's)."""
         return self._n_packed() + self._n_dense()
 
+    def resident(self, rows: int) -> bool:
+        """Whether every row is packed in memory (none dense, none in the file), and at most
+        ``rows`` of them."""
+        return self.dense is None and self._file is None and self._n_packed() <= rows
+
     def _n_dense(self) -> int:
         return 0 if self.dense is None else len(self.dense)
 

@@ -20,6 +20,7 @@ from prvstream.sinks.efficiency.parts import (
     segments,
 )
 from prvstream.sinks.efficiency.repeats import outside_earlier
+from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["MAX_WINDOWS", "DeviceSweep"]
@@ -47,6 +48,8 @@ class DeviceSweep:
     window_ns: int
     gap_threshold_ns: int
     _devices: list[Device]
+    _dev_windows: SharedRows
+    _dev_instances: SharedRows
     _window_slots: dict[int, int]
     _names: list[Name]
     _n_instances: int
@@ -167,22 +170,23 @@ class DeviceSweep:
         span = self._window_span(lo, hi)
         if len(span) == 1:
             slots = self._window_rows(dev, span)
-            dev.windows.add(np.array(slots, np.int64), total[None, :],
-                            slice(0, N_MEASURES))
+            self._dev_windows.add(gid, np.array(slots, np.int64), total[None, :],
+                                  slice(0, N_MEASURES))
         else:
             ks = np.arange(span.start, span.stop, dtype=np.int64)
             bounds = np.append(ks, ks[-1] + 1) * self.window_ns
             bounds[0], bounds[-1] = lo, hi  # folded edge windows take all beyond them
             per_window = np.diff(upto(bounds), axis=0)
             slots = self._window_rows(dev, ks.tolist())
-            dev.windows.add(np.array(slots, np.int64), per_window, slice(0, N_MEASURES))
+            self._dev_windows.add(gid, np.array(slots, np.int64), per_window,
+                                  slice(0, N_MEASURES))
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)
             ids = r[:, 2]
             per_phase = upto(r[:, 1]) - upto(r[:, 0])
             self._phase_rows(dev)
-            dev.instances.add(ids, per_phase, slice(0, N_MEASURES))
+            self._dev_instances.add(gid, ids, per_phase, slice(0, N_MEASURES))
             np.add.at(dev.names[:, :N_MEASURES], self._i_name[ids], per_phase)
 
     def _gaps(self, rep: Report, gid: int, sw: Sweep, edges: np.ndarray,
@@ -222,23 +226,23 @@ class DeviceSweep:
         counts = np.bincount(inv, minlength=len(ks))
         sums = np.bincount(inv, weights=(g1 - g0)[single], minlength=len(ks))
         slots = self._window_rows(dev, ks.tolist())
-        dev.windows.add(np.array(slots, np.int64), counts.astype(np.int64), GAPS)
-        dev.windows.add(np.array(slots, np.int64), sums.astype(np.int64), GAP_NS)
+        self._dev_windows.add(gid, np.array(slots, np.int64), counts.astype(np.int64), GAPS)
+        self._dev_windows.add(gid, np.array(slots, np.int64), sums.astype(np.int64), GAP_NS)
         for a, b, ka, kb in zip(g0[~single].tolist(), g1[~single].tolist(),
                                 k0[~single].tolist(), k1[~single].tolist(), strict=True):
             for k in range(ka, kb + 1):
                 slot = np.array(self._window_rows(dev, (k,)), np.int64)
-                dev.windows.add(slot, np.ones(1, np.int64), GAPS)
-                dev.windows.add(slot, np.array([(b if k == kb else (k + 1) * w)
-                                                - (a if k == ka else k * w)]), GAP_NS)
+                self._dev_windows.add(gid, slot, np.ones(1, np.int64), GAPS)
+                self._dev_windows.add(gid, slot, np.array([(b if k == kb else (k + 1) * w)
+                                                           - (a if k == ka else k * w)]), GAP_NS)
         recent = rep.recent.get(dev.process)
         if recent:
             r = np.array(recent, np.int64)
             ids = r[:, 2]
             n_hit, ns_hit = hits(g0, g1, r[:, 0], r[:, 1])
             self._phase_rows(dev)
-            dev.instances.add(ids, n_hit, GAPS)
-            dev.instances.add(ids, ns_hit, GAP_NS)
+            self._dev_instances.add(gid, ids, n_hit, GAPS)
+            self._dev_instances.add(gid, ids, ns_hit, GAP_NS)
             names = self._i_name[ids]
             np.add.at(dev.names[:, GAPS], names, n_hit)
             np.add.at(dev.names[:, GAP_NS], names, ns_hit)
@@ -264,6 +268,7 @@ class DeviceSweep:
         for gid in rep.sweeps:
             dev = self._devices[gid]
             lst = None if final else rep.recent.get(dev.process)
-            dev.instances.settle(min(r[2] for r in lst) if lst else None)
+            self._dev_instances.settle(gid, min(r[2] for r in lst) if lst else None,
+                                       final=final)
             if final:
-                dev.windows.settle()
+                self._dev_windows.settle(gid, final=True)

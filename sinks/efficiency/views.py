@@ -24,6 +24,7 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     note_lines,
 )
+from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import encoded
@@ -50,6 +51,8 @@ class RecordViews:
     window_ns: int
     gap_threshold_ns: int
     _devices: list[Device]
+    _dev_windows: SharedRows
+    _dev_instances: SharedRows
     _ranked: Callable[[], list[int]]
     _process_devices: dict[tuple[str, int], list[int]]
     _window_slots: dict[int, int]
@@ -73,11 +76,11 @@ class RecordViews:
 
 
     def _record(self, view: str, start: int, end: int, gids: Iterable[int],
-                row_of: Callable[[Device], np.ndarray | None], name: str = "",
+                row_of: Callable[[int], np.ndarray | None], name: str = "",
                 index: int = 0, span: int | None = None, captured: bool = False,
                 ) -> _Draft:
         """One record over [start, end) (length ``span``) for devices ``gids``; a device's
-        totals are ``row_of(device)`` (zeros when None). With ``captured``, each device's
+        totals are ``row_of(device id)`` (zeros when None). With ``captured``, each device's
         time is its reports' spans inside [start, end), else the whole span.
 
         Its devices, hosts and ranks are columns here and JSON in the result, made into
@@ -91,7 +94,7 @@ class RecordViews:
             part = ids[lo:lo + ROWS_AT_ONCE]
             for j, gid in enumerate(part if isinstance(part, list) else part.tolist(), lo):
                 dev = self._devices[gid]
-                found = row_of(dev)
+                found = row_of(gid)
                 if found is not None:
                     cols.values[j] = found
                 cols.captured[j] = covered(dev.spans, start, end) if captured else span
@@ -121,7 +124,7 @@ class RecordViews:
     def _cumulative(self) -> EncodedRecord:
         start, end = self._span if self._span else (0, 0)
         draft = self._record("cumulative", start, end, range(len(self._devices)),
-                             lambda d: d.totals, captured=True)
+                             lambda g: self._devices[g].totals, captured=True)
         draft.head.notes = note_lines(self._notes)
         draft.head.tables = self._tables.top(self.top)
         draft.host_metrics(self._host.metrics())
@@ -135,7 +138,8 @@ class RecordViews:
                    if any(a < we and b > ws for a, b in d.spans)]
         slot = self._window_slots.get(k, -1)
         draft = self._record("window", max(ws, js), min(we, je), present,
-                             lambda d: d.windows.get(slot) if slot >= 0 else None, index=k,
+                             lambda g: self._dev_windows.get(g, slot) if slot >= 0 else None,
+                             index=k,
                              captured=True)
         draft.host_metrics(self._host.metrics(k))
         return draft.encoded()
@@ -148,7 +152,7 @@ class RecordViews:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
         nm = self._names[int(self._i_name[i])]
         draft = self._record("phase", int(self._i_start[i]), int(self._i_end[i]),
-                             self._present(procs), lambda d: d.instances.get(i),
+                             self._present(procs), lambda g: self._dev_instances.get(g, i),
                              name=nm.name, index=int(self._i_occ[i]))
         occ = int(self._i_occ[i])
         draft.host_metrics(self._host.phase_metrics(
@@ -173,7 +177,8 @@ class RecordViews:
         nm = self._names[nid]
         draft = self._record("phase_total", nm.start, nm.end,
                              self._present(sorted(nm.processes)),
-                             lambda d: _row(d.names, nid), name=nm.name, index=nm.count,
+                             lambda g: _row(self._devices[g].names, nid), name=nm.name,
+                             index=nm.count,
                              span=nm.span)
         ids = nm.instances.tolist()
         draft.host_metrics(self._host.phase_metrics(self._occurrences(

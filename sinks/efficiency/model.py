@@ -81,7 +81,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._device_rank: list[int] = []
         self._device_rank_stale = False
         self._device_order: list[tuple[str, int]] = []  # the (host, device) keys, sorted
-        self._process_devices: dict[tuple[str, int], list[int]] = {}
+        #: (host, pid) -> its device id, or a list of them when it has more than one
+        self._process_devices: dict[tuple[str, int], int | list[int]] = {}
         self._window_slots: dict[int, int] = {}
         self._names: list[Name] = []
         self._name_ids: dict[str, int] = {}
@@ -169,7 +170,13 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         key = (dev.host, dev.device)
         self._device_ids[key] = gid
         self._devices.append(dev)
-        self._process_devices.setdefault(dev.process, []).append(gid)
+        held = self._process_devices.get(dev.process)
+        if held is None:  # most processes have one device: no list for it
+            self._process_devices[dev.process] = gid
+        elif isinstance(held, int):
+            self._process_devices[dev.process] = [held, gid]
+        else:
+            held.append(gid)
         # its place among the keys so far; when devices after it must move one down (reports
         # out of key order), the ranks are rebuilt once at the next record instead: moving
         # them at each new device (or sorting all again) is quadratic in a job's reports
@@ -234,7 +241,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         close_streams(self._devices, self._nvtx, rep)
         start, end = rep.first, rep.last
         for gid in rep.sweeps:
-            self._devices[gid].spans.append((start, end))
+            self._devices[gid].span_log.extend((start, end))
         self._span = (start, end) if self._span is None else (
             min(self._span[0], start), max(self._span[1], end))
         self._reports += 1

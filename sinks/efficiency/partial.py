@@ -342,7 +342,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
     for ds in state.devices:
         proc = (ds.proc_host, ds.pid)
         dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
-                     [(s[0], s[1]) for s in ds.spans])
+                     array("q", [x for s in ds.spans for x in (s[0], s[1])]))
         dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
         for rec in ds.streams:
             dev.streams.extend(rec)

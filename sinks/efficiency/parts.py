@@ -86,7 +86,8 @@ class Device(msgspec.Struct, gc=False):
     process: tuple[str, int]
     #: (start, report id) of the report that registered it (the earliest one, merged)
     first: tuple[int, str] = (0, "")
-    spans: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    #: the [start, end) spans of its reports, flattened pairs (no tuple and ints a report)
+    span_log: array[int] = msgspec.field(default_factory=lambda: array("q"))
     #: its totals (row 0), then its totals per phase name id (rows of WIDTH, grown with the
     #: names: ``totals`` and ``names`` are views of it; one array, not two, a device)
     acc: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((1, WIDTH), np.int64))
@@ -96,6 +97,12 @@ class Device(msgspec.Struct, gc=False):
     #: records (a few per report: not a dict of lists): a later report's activity starting
     #: inside one was captured by it already (``repeats``)
     streams: array[int] = msgspec.field(default_factory=lambda: array("q"))
+
+    @property
+    def spans(self) -> list[tuple[int, int]]:
+        """The spans of its reports, in the order added."""
+        t = self.span_log
+        return [(t[j], t[j + 1]) for j in range(0, len(t), 2)]
 
     @property
     def totals(self) -> np.ndarray:

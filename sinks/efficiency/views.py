@@ -54,7 +54,7 @@ class RecordViews:
     _dev_windows: SharedRows
     _dev_instances: SharedRows
     _ranked: Callable[[], list[int]]
-    _process_devices: dict[tuple[str, int], list[int]]
+    _process_devices: dict[tuple[str, int], int | list[int]]
     _window_slots: dict[int, int]
     _names: list[Name]
     _processes: list[tuple[str, int]]
@@ -145,8 +145,14 @@ class RecordViews:
         return draft.encoded()
 
     def _present(self, processes: Iterable[int]) -> list[int]:
-        return [g for p in processes
-                for g in self._process_devices.get(self._processes[p], [])]
+        out: list[int] = []
+        for p in processes:
+            held = self._process_devices.get(self._processes[p])
+            if isinstance(held, int):
+                out.append(held)
+            elif held is not None:
+                out += held
+        return out
 
     def _phase(self, i: int) -> EncodedRecord:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]

@@ -27,6 +27,7 @@ from prvstream.sinks.efficiency.parts import (
     Pending,
     Report,
     Sweep,
+    grow,
 )
 from prvstream.sinks.efficiency.phases import PhaseInstances
 from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
@@ -75,6 +76,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: each device's totals per window slot and per phase instance id, by device id
         self._dev_windows = SharedRows(WIDTH)
         self._dev_instances = SharedRows(WIDTH)
+        #: each device's totals (a row by device id, grown by doubling) and per phase name id
+        self._dev_totals = np.zeros((0, WIDTH), np.int64)
+        self._dev_names = SharedRows(WIDTH)
         self._device_ids: dict[tuple[str, int], int] = {}
         #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
         #: in before others (stale), so registering is never a pass over every device
@@ -167,6 +171,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""
         gid = len(self._devices)
+        self._dev_totals = grow(self._dev_totals, gid + 1, first=16)
         key = (dev.host, dev.device)
         self._device_ids[key] = gid
         self._devices.append(dev)

@@ -265,11 +265,13 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
             for nid in np.unique(nids, return_counts=True)[0].tolist():  # counts: no numpy.ma
                 sel = ids[nids == nid]
                 instances[m._names[nid].name] = _table(m._i_occ[sel], tab[nids == nid])
-        names = {m._names[nid].name: d.names[nid].tolist()
-                 for nid in np.flatnonzero(d.names[:len(m._names)].any(axis=1)).tolist()}
+        nids, named = m._dev_names.rows(gid)
+        names = {m._names[nid].name: row for nid, row in zip(nids.tolist(), named.tolist(),
+                                                              strict=True)}
         yield DeviceState(
             host=d.host, device=d.device, rank=d.rank, pid=d.pid, proc_host=d.process[0],
-            first=d.first, spans=sorted(d.spans), totals=d.totals.tolist(), windows=windows,
+            first=d.first, spans=sorted(d.spans), totals=m._dev_totals[gid].tolist(),
+            windows=windows,
             instances=instances, names=names,
             streams=sorted(tuple(d.streams[j:j + 4])  # type: ignore[misc]
                            for j in range(0, len(d.streams), 4)))
@@ -343,20 +345,20 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
         proc = (ds.proc_host, ds.pid)
         dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
                      array("q", [x for s in ds.spans for x in (s[0], s[1])]))
-        dev.totals = np.asarray(ds.totals or [0] * WIDTH, np.int64)
         for rec in ds.streams:
             dev.streams.extend(rec)
         gid = m._add_device(dev)
+        m._dev_totals[gid] = np.asarray(ds.totals or [0] * WIDTH, np.int64)
         keys, values = _arrays(ds.windows)
         if len(keys):
             m._dev_windows.load(gid, np.array(m._window_rows(dev, keys.tolist()), np.int64),
                                 values)
-        m._phase_rows(dev)
         for name, rows in ds.instances.items():
             keys, values = _arrays(rows)
             m._dev_instances.load(gid, m._names[m._name_ids[name]].instances[keys], values)
-        for name, row in ds.names.items():
-            dev.names[m._name_ids[name]] = row
+        if ds.names:
+            m._dev_names.load(gid, np.array([m._name_ids[n] for n in ds.names], np.int64),
+                              np.array(list(ds.names.values()), np.int64))
     for h in state.hosts:
         hp = restore_process(m._host, h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.threads,
                              h.totals, h.thread_totals)

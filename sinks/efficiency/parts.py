@@ -88,11 +88,8 @@ class Device(msgspec.Struct, gc=False):
     first: tuple[int, str] = (0, "")
     #: the [start, end) spans of its reports, flattened pairs (no tuple and ints a report)
     span_log: array[int] = msgspec.field(default_factory=lambda: array("q"))
-    #: its totals (row 0), then its totals per phase name id (rows of WIDTH, grown with the
-    #: names: ``totals`` and ``names`` are views of it; one array, not two, a device)
-    acc: np.ndarray = msgspec.field(default_factory=lambda: np.zeros((1, WIDTH), np.int64))
-    #: (its totals per window slot and per phase instance id are rows of the model's
-    #: ``SharedRows`` tables, by device id)
+    #: (its totals are a row of the model's ``_dev_totals``, its totals per window slot, per
+    #: phase instance id and per phase name id rows of its ``SharedRows`` tables, by device id)
     #: (pid, stream, first, last) activity starts of each report fed so far, flattened
     #: records (a few per report: not a dict of lists): a later report's activity starting
     #: inside one was captured by it already (``repeats``)
@@ -104,25 +101,6 @@ class Device(msgspec.Struct, gc=False):
         t = self.span_log
         return [(t[j], t[j + 1]) for j in range(0, len(t), 2)]
 
-    @property
-    def totals(self) -> np.ndarray:
-        """Its totals (a view: adding to it adds to them)."""
-        row: np.ndarray = self.acc[0]
-        return row
-
-    @totals.setter
-    def totals(self, value: np.ndarray) -> None:
-        self.acc[0] = value
-
-    @property
-    def names(self) -> np.ndarray:
-        """Its totals per phase name id (a view; at least as many rows as names met)."""
-        rows: np.ndarray = self.acc[1:]
-        return rows
-
-    def grow_names(self, n: int) -> None:
-        """Make room for ``n`` phase names."""
-        self.acc = grow(self.acc, n + 1, first=2)
 
 
 class Name(msgspec.Struct):

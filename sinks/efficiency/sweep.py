@@ -50,6 +50,8 @@ class DeviceSweep:
     _devices: list[Device]
     _dev_windows: SharedRows
     _dev_instances: SharedRows
+    _dev_totals: np.ndarray
+    _dev_names: SharedRows
     _window_slots: dict[int, int]
     _names: list[Name]
     _n_instances: int
@@ -145,9 +147,6 @@ class DeviceSweep:
             slots.append(slot)
         return slots
 
-    def _phase_rows(self, dev: Device) -> None:
-        dev.grow_names(len(self._names))
-
     def _attribute(self, rep: Report, gid: int, edges: np.ndarray, length: np.ndarray,
                    ind: np.ndarray) -> None:
         """Add the measures of segments [edges[i], edges[i+1]) to cumulative, windows, phases.
@@ -157,7 +156,7 @@ class DeviceSweep:
         np.cumsum(ind * length, axis=1, out=cum[:, 1:])
         total = cum[:, -1]
         dev = self._devices[gid]
-        dev.totals[:N_MEASURES] += total
+        self._dev_totals[gid, :N_MEASURES] += total
         lo, hi = int(edges[0]), int(edges[-1])
 
         def upto(q: np.ndarray) -> np.ndarray:
@@ -185,9 +184,8 @@ class DeviceSweep:
             r = np.array(recent, np.int64)
             ids = r[:, 2]
             per_phase = upto(r[:, 1]) - upto(r[:, 0])
-            self._phase_rows(dev)
             self._dev_instances.add(gid, ids, per_phase, slice(0, N_MEASURES))
-            np.add.at(dev.names[:, :N_MEASURES], self._i_name[ids], per_phase)
+            self._dev_names.add(gid, self._i_name[ids], per_phase, slice(0, N_MEASURES))
 
     def _gaps(self, rep: Report, gid: int, sw: Sweep, edges: np.ndarray,
               busy: np.ndarray) -> None:
@@ -216,8 +214,8 @@ class DeviceSweep:
             return
         g0, g1 = g0[long_].astype(np.int64), g1[long_].astype(np.int64)
         dev = self._devices[gid]
-        dev.totals[GAPS] += len(g0)
-        dev.totals[GAP_NS] += int((g1 - g0).sum())
+        self._dev_totals[gid, GAPS] += len(g0)
+        self._dev_totals[gid, GAP_NS] += int((g1 - g0).sum())
         w = self.window_ns
         first = int(g0[0]) // w
         k0, k1 = self._fold(g0 // w, first), self._fold((g1 - 1) // w, first)
@@ -240,12 +238,11 @@ class DeviceSweep:
             r = np.array(recent, np.int64)
             ids = r[:, 2]
             n_hit, ns_hit = hits(g0, g1, r[:, 0], r[:, 1])
-            self._phase_rows(dev)
             self._dev_instances.add(gid, ids, n_hit, GAPS)
             self._dev_instances.add(gid, ids, ns_hit, GAP_NS)
             names = self._i_name[ids]
-            np.add.at(dev.names[:, GAPS], names, n_hit)
-            np.add.at(dev.names[:, GAP_NS], names, ns_hit)
+            self._dev_names.add(gid, names, n_hit, GAPS)
+            self._dev_names.add(gid, names, ns_hit, GAP_NS)
 
     def _prune(self, rep: Report) -> None:
         """Forget phases that ended before every device of their process can still add time."""
@@ -272,3 +269,4 @@ class DeviceSweep:
                                        final=final)
             if final:
                 self._dev_windows.settle(gid, final=True)
+                self._dev_names.settle(gid, final=True)

@@ -53,6 +53,8 @@ class RecordViews:
     _devices: list[Device]
     _dev_windows: SharedRows
     _dev_instances: SharedRows
+    _dev_totals: np.ndarray
+    _dev_names: SharedRows
     _ranked: Callable[[], list[int]]
     _process_devices: dict[tuple[str, int], int | list[int]]
     _window_slots: dict[int, int]
@@ -124,7 +126,7 @@ class RecordViews:
     def _cumulative(self) -> EncodedRecord:
         start, end = self._span if self._span else (0, 0)
         draft = self._record("cumulative", start, end, range(len(self._devices)),
-                             lambda g: self._devices[g].totals, captured=True)
+                             lambda g: self._dev_totals[g], captured=True)
         draft.head.notes = note_lines(self._notes)
         draft.head.tables = self._tables.top(self.top)
         draft.host_metrics(self._host.metrics())
@@ -183,7 +185,7 @@ class RecordViews:
         nm = self._names[nid]
         draft = self._record("phase_total", nm.start, nm.end,
                              self._present(sorted(nm.processes)),
-                             lambda g: _row(self._devices[g].names, nid), name=nm.name,
+                             lambda g: self._dev_names.get(g, nid), name=nm.name,
                              index=nm.count,
                              span=nm.span)
         ids = nm.instances.tolist()
@@ -345,6 +347,3 @@ class _Draft:
                              lambda: record_pieces(h, fields))
 
 
-def _row(table: np.ndarray, i: int) -> np.ndarray | None:
-    """Row ``i`` of a growing table, None when the table has not reached it."""
-    return table[i] if 0 <= i < len(table) else None

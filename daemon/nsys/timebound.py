@@ -39,6 +39,10 @@ MAX_SESSION_NS: Final = 366 * 86_400 * 1_000_000_000
 SANE_NS: Final = 2**62
 #: rows sampled per table (evenly by rowid) to find where the bulk of an export's times lie
 _SAMPLES: Final = 65
+#: a table whose rowids span this many or more is sampled by a list of rowids (65 look-ups),
+#: a narrower one by reading its rows in the range (a big export's kernel table read whole
+#: for its samples cost 110 M instructions; a list costs about 75 k to compile)
+_SCAN_ROWIDS: Final = 1024
 #: without a recorded session length, a row is trusted within this much of the sampled median
 BOUND_MARGIN_NS: Final = 7 * 86_400 * 1_000_000_000
 
@@ -227,15 +231,15 @@ def _sampled_rows_sql(src: KindSource, lo: object, hi: object) -> str:
 
 def _sampled_rowids_sql(lo: int, hi: int) -> str:
     """A condition on ``rowid`` true exactly for ``_sampled_ids(lo, hi)``, cheap for SQLite
-    to compile (a list of 65 rowids costs it more than the rows it selects): a range of at
-    most ``_SAMPLES`` rowids is sampled whole; a wider one keeps the rowids ``lo + j`` for
-    which the first step ``k = ceil(j (_SAMPLES - 1) / d)`` reaching ``j`` lands on it
-    (``d k // (_SAMPLES - 1) == j``, with ``d = hi - lo``; never past int64 below 2^63 /
-    ``_SAMPLES``, else the list)."""
+    to compile (a list of 65 rowids costs it more than a small table's rows): a range of at
+    most ``_SAMPLES`` rowids is sampled whole; a range of fewer than ``_SCAN_ROWIDS`` keeps
+    the rowids ``lo + j`` for which the first step ``k = ceil(j (_SAMPLES - 1) / d)``
+    reaching ``j`` lands on it (``d k // (_SAMPLES - 1) == j``, with ``d = hi - lo``: every
+    row of the range read); a wider one is the list (65 look-ups, not every row)."""
     d, steps = hi - lo, _SAMPLES - 1
     if d < _SAMPLES:
         return f"rowid >= {lo} AND rowid <= {hi}"
-    if d * _SAMPLES >= 2**63:
+    if d >= _SCAN_ROWIDS:
         return f"rowid IN ({_sampled_ids(lo, hi)})"
     return (f"rowid >= {lo} AND rowid <= {hi} AND "
             f"((rowid - {lo}) * {steps} + {d - 1}) / {d} * {d} / {steps} = rowid - {lo}")

@@ -279,6 +279,8 @@ class HostTotals:
             for i, hp in enumerate(rep.procs):
                 for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
                     hp.add_span(tid, span)
+        for hp in rep.procs:  # kept as long as the job: without array's spare capacity
+            hp.log = array("q", hp.log)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostParts | None:

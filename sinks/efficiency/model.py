@@ -245,8 +245,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._host.end()
         close_streams(self._devices, self._nvtx, rep)
         start, end = rep.first, rep.last
-        for gid in rep.sweeps:
-            self._devices[gid].span_log.extend((start, end))
+        for gid in rep.sweeps:  # a copy without array's spare capacity (kept for the job)
+            dev = self._devices[gid]
+            dev.span_log = dev.span_log + array("q", (start, end))
         self._span = (start, end) if self._span is None else (
             min(self._span[0], start), max(self._span[1], end))
         self._reports += 1

@@ -175,8 +175,11 @@ def close_streams(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report) -> No
     taken)."""
     for (gid, pid, st), (lo, hi) in rep.streams.items():
         devices[gid].streams.extend((pid, st, lo, hi))
+    for gid in {gid for gid, _, _ in rep.streams}:  # kept as long as the job: copies
+        devices[gid].streams = array("q", devices[gid].streams)  # without spare capacity
     for key, (lo, hi) in rep.nvtx.items():
-        nvtx.setdefault(key, array("q")).extend((lo, hi))
+        held = nvtx.get(key)
+        nvtx[key] = array("q", (lo, hi)) if held is None else held + array("q", (lo, hi))
 
 
 def outside_earlier(dev: Device, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     heap.keep_freed_memory()  # many reports one after another: keep their freed pages
     library = sqlitemode.unlocked()
     if library is not None:
-        log.debug("sqlite_unlocked", library=str(library))
+        log.debug("sqlite_unlocked", library=library)
     out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:

@@ -5,6 +5,7 @@ isolated interpreter without site packages; FILLER is the path of the compiled r
 SQLROWS that of the compiled SQLite row reader, each loaded by path: with SQLROWS, streams
 other than ``inline`` ones fetch their rows in C, on a connection of its own, without a
 Python object per value); it imports nothing else but the standard library, so it stays small.
+Its SQLite runs in multi-thread mode (``sqlitemode``, loaded by path): one thread uses it.
 Requests arrive on stdin, one JSON object per line:
 
 - ``{"op": "db", "uri": U}`` opens a database (read-only URI) for the streams that follow,
@@ -135,9 +136,11 @@ def _load_filler(path: str) -> Callable[..., None]:
     return filler
 
 
-def _load_storage_order() -> Any:
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "storage_order.py")
-    spec = importlib.util.spec_from_file_location("storage_order", path)
+def _load_sibling(name: str) -> Any:
+    """A standard-library-only module beside this file (``storage_order``, ``sqlitemode``),
+    loaded by path."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -263,10 +266,13 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
 
 def main() -> None:
     global fill_rows, storage_order, sqlrows
+    # every connection here is used by this one thread: SQLite's multi-thread mode, without
+    # a lock taken at every column read (before any connection opens)
+    _load_sibling("sqlitemode").unlock_connections()
     fill_rows = _load_filler(sys.argv[1])
     if len(sys.argv) > 2 and sys.argv[2]:
         sqlrows = _load_extension("_sqlrows", sys.argv[2])
-    storage_order = _load_storage_order()
+    storage_order = _load_sibling("storage_order")
     serve(sys.stdin.buffer, sys.stdout.buffer)
 
 

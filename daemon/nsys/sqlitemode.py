@@ -1,20 +1,20 @@
-"""SQLite without its own locks in ``convert``, whose connections are each used by one thread
-at a time: serialized SQLite locks the connection at every call (every column of every row
-read) and its allocator at every allocation; 8% of planning 400 small exports.
+"""SQLite without its own locks in ``convert`` and the reader process, whose connections are
+each used by one thread at a time: serialized SQLite locks the connection at every call (every
+column of every row read) and its allocator at every allocation; 8% of planning 400 small
+exports. Standard library only: the reader process loads it by path.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from pathlib import Path
-from typing import Final
 
-from prvstream.sinks.logger import get_logger
+#: ``typing.TYPE_CHECKING`` without importing typing (the reader process loads this module)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["MULTITHREAD_ENV", "unlock_connections", "unlocked"]
-
-log = get_logger(__name__)
 
 #: set to 0 to keep SQLite serialized (its default: every connection locked at every call)
 MULTITHREAD_ENV: Final = "PRVSTREAM_SQLITE_MULTITHREAD"
@@ -25,22 +25,23 @@ _OK: Final = 0
 
 _done = False
 #: the library this process switched (``unlock_connections``), for the command to log
-_unlocked: Path | None = None
+_unlocked: str | None = None
 
 
-def _loaded_library() -> Path | None:
+def _loaded_library() -> str | None:
     """The SQLite library the ``sqlite3`` module runs on, where it is a shared library this
     process has mapped (Linux); None otherwise (linked in: left alone)."""
     import sqlite3  # noqa: F401 - maps the library the module is linked with
 
     try:
-        maps = Path("/proc/self/maps").read_text()
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
     except OSError:
         return None
     for line in maps.splitlines():
         path = line.split(maxsplit=5)[-1]
         if "/libsqlite3" in path and path.startswith("/"):
-            return Path(path)
+            return path
     return None
 
 
@@ -48,7 +49,8 @@ def unlock_connections() -> bool:
     """Switch SQLite to its multi-thread mode (a connection used by one thread at a time, as
     every connection of ``convert`` is) without memory statistics: once, by a process
     entry before any connection is opened (SQLite holds no memory then; where it does, or
-    where ``PRVSTREAM_SQLITE_MULTITHREAD=0``, nothing changes). Returns whether it did."""
+    where ``PRVSTREAM_SQLITE_MULTITHREAD=0``, nothing changes). Returns whether it did.
+    The reader process calls it too: it reads from one thread."""
     global _done, _unlocked
     if _done:
         return False
@@ -59,7 +61,7 @@ def unlock_connections() -> bool:
     if found is None:
         return False
     try:
-        lib = ctypes.CDLL(str(found))  # the library already mapped: the same one
+        lib = ctypes.CDLL(found)  # the library already mapped: the same one
         shutdown, config, initialize = lib.sqlite3_shutdown, lib.sqlite3_config, \
             lib.sqlite3_initialize
     except (OSError, AttributeError):
@@ -78,7 +80,7 @@ def unlock_connections() -> bool:
     return done
 
 
-def unlocked() -> Path | None:
+def unlocked() -> str | None:
     """The SQLite library this process switched to multi-thread mode, if it did (logged by
     the command: ``unlock_connections`` runs before logging is set up)."""
     return _unlocked

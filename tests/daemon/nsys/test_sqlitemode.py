@@ -44,3 +44,39 @@ def test_never_switched_while_a_connection_is_open(monkeypatch: pytest.MonkeyPat
     finally:
         con.close()
     assert sqlitemode.unlock_connections() is False  # once a process
+
+
+_ISOLATED = """
+import ctypes, importlib.util, sqlite3, sys
+spec = importlib.util.spec_from_file_location("sqlitemode", sys.argv[1])
+mode = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mode)
+switched = mode.unlock_connections()
+con = sqlite3.connect(":memory:")
+con.execute("CREATE TABLE t (x)")
+con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1000)])
+total = con.execute("SELECT sum(x) FROM t").fetchone()[0]
+library = mode._loaded_library()
+used = -1
+if library is not None:
+    lib = ctypes.CDLL(library)
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    used = lib.sqlite3_memory_used()
+print(switched, total, used)
+"""
+
+
+@pytest.mark.parametrize("unlocked", [True, False])
+def test_the_reader_process_loads_it_by_path(unlocked: bool) -> None:
+    """The reader process (``python -I -S``: the standard library only) loads the module by
+    path and switches its SQLite; without memory statistics SQLite counts no memory in use."""
+    env = dict(os.environ, **{sqlitemode.MULTITHREAD_ENV: "1" if unlocked else "0"})
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _ISOLATED, sqlitemode.__file__],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    switched, total, used = done.stdout.split()
+    assert total == str(sum(range(1000)))
+    if used == "-1":
+        pytest.skip("this Python's SQLite is not a shared library mapped from a path")
+    assert switched == str(unlocked)
+    # memory statistics are off once switched; serialized SQLite counts its connection's
+    assert (int(used) == 0) == unlocked

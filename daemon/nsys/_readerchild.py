@@ -267,8 +267,9 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
 def main() -> None:
     global fill_rows, storage_order, sqlrows
     # every connection here is used by this one thread: SQLite's multi-thread mode, without
-    # a lock taken at every column read (before any connection opens)
-    _load_sibling("sqlitemode").unlock_connections()
+    # a lock taken at every column read (before any connection opens); its memory statistics
+    # stay on, which PRAGMAS' soft heap limit needs to be enforced
+    _load_sibling("sqlitemode").unlock_connections(statistics=True)
     fill_rows = _load_filler(sys.argv[1])
     if len(sys.argv) > 2 and sys.argv[2]:
         sqlrows = _load_extension("_sqlrows", sys.argv[2])

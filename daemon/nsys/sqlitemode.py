@@ -45,12 +45,14 @@ def _loaded_library() -> str | None:
     return None
 
 
-def unlock_connections() -> bool:
+def unlock_connections(*, statistics: bool = False) -> bool:
     """Switch SQLite to its multi-thread mode (a connection used by one thread at a time, as
-    every connection of ``convert`` is) without memory statistics: once, by a process
-    entry before any connection is opened (SQLite holds no memory then; where it does, or
-    where ``PRVSTREAM_SQLITE_MULTITHREAD=0``, nothing changes). Returns whether it did.
-    The reader process calls it too: it reads from one thread."""
+    every connection of ``convert`` is), without memory statistics unless ``statistics``:
+    once, by a process entry before any connection is opened (SQLite holds no memory then;
+    where it does, or where ``PRVSTREAM_SQLITE_MULTITHREAD=0``, nothing changes). Returns
+    whether it did. The reader process calls it too (it reads from one thread) and keeps
+    the statistics: its ``soft_heap_limit`` needs them (without, SQLite ignores the limit
+    and the reader's comm join held 4 MiB more at 10M rows)."""
     global _done, _unlocked
     if _done:
         return False
@@ -73,7 +75,7 @@ def unlock_connections() -> bool:
     if shutdown() != _OK:
         return False
     done = bool(config(_CONFIG_MULTITHREAD) == _OK)
-    if done:
+    if done and not statistics:
         config(_CONFIG_MEMSTATUS, ctypes.c_int(0))
     initialize()
     _unlocked = found if done else None

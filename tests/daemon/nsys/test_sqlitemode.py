@@ -51,7 +51,7 @@ import ctypes, importlib.util, sqlite3, sys
 spec = importlib.util.spec_from_file_location("sqlitemode", sys.argv[1])
 mode = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mode)
-switched = mode.unlock_connections()
+switched = mode.unlock_connections(statistics=sys.argv[2] == "keep")
 con = sqlite3.connect(":memory:")
 con.execute("CREATE TABLE t (x)")
 con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1000)])
@@ -66,17 +66,28 @@ print(switched, total, used)
 """
 
 
-@pytest.mark.parametrize("unlocked", [True, False])
-def test_the_reader_process_loads_it_by_path(unlocked: bool) -> None:
+@pytest.mark.parametrize(("unlocked", "statistics"), [(True, False), (True, True),
+                                                      (False, False)])
+def test_loaded_by_path_as_the_reader_process_does(unlocked: bool, statistics: bool) -> None:
     """The reader process (``python -I -S``: the standard library only) loads the module by
-    path and switches its SQLite; without memory statistics SQLite counts no memory in use."""
+    path and switches its SQLite keeping the memory statistics (its soft heap limit needs
+    them); without statistics SQLite counts no memory in use."""
     env = dict(os.environ, **{sqlitemode.MULTITHREAD_ENV: "1" if unlocked else "0"})
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", _ISOLATED, sqlitemode.__file__],
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _ISOLATED, sqlitemode.__file__,
+                           "keep" if statistics else "drop"],
                           env=env, capture_output=True, text=True, timeout=60, check=True)
     switched, total, used = done.stdout.split()
     assert total == str(sum(range(1000)))
     if used == "-1":
         pytest.skip("this Python's SQLite is not a shared library mapped from a path")
     assert switched == str(unlocked)
-    # memory statistics are off once switched; serialized SQLite counts its connection's
-    assert (int(used) == 0) == unlocked
+    assert (int(used) == 0) == (unlocked and not statistics)
+
+
+def test_the_reader_process_keeps_the_memory_statistics() -> None:
+    """Its PRAGMAS set a soft heap limit, which SQLite enforces only with the statistics."""
+    from prvstream.daemon.nsys import _readerchild
+
+    assert any("soft_heap_limit" in p for p in _readerchild.PRAGMAS)
+    source = Path(_readerchild.__file__).read_text()
+    assert "unlock_connections(statistics=True)" in source

@@ -28,7 +28,7 @@ from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import encoded
-from prvstream.sinks.summary.encoded import ROWS_AT_ONCE, EncodedRecord, ListField, record_pieces
+from prvstream.sinks.summary.encoded import EncodedRecord, ListField, record_pieces
 from prvstream.sinks.summary.records import (
     SCHEMA_VERSION,
     DeviceRow,
@@ -92,8 +92,9 @@ class RecordViews:
         ids = self._in_rank_order(gids)
         cols = _Columns(len(ids))
         spans: list[tuple[int, int]] = []
-        for lo in range(0, len(ids), ROWS_AT_ONCE):
-            part = ids[lo:lo + ROWS_AT_ONCE]
+        at_once = encoded.ROWS_AT_ONCE
+        for lo in range(0, len(ids), at_once):
+            part = ids[lo:lo + at_once]
             for j, gid in enumerate(part if isinstance(part, list) else part.tolist(), lo):
                 dev = self._devices[gid]
                 found = row_of(gid)
@@ -234,8 +235,8 @@ class _Columns(Sequence[DeviceRow]):
         if self._small:
             yield from self._made()
             return
-        for lo in range(0, len(self), ROWS_AT_ONCE):
-            hi = lo + ROWS_AT_ONCE
+        for lo in range(0, len(self), encoded.ROWS_AT_ONCE):
+            hi = lo + encoded.ROWS_AT_ONCE
             for dev, v, t in zip(self.devices[lo:hi], self.values[lo:hi].tolist(),
                                  self.captured[lo:hi].tolist(), strict=True):
                 yield self._row(dev, v, t)

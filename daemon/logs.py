@@ -2,19 +2,22 @@
 
 A person running ``convert``/``summary``/... reads short ``prvstream: warning: ...`` lines; the
 daemon (``watch``) writes JSON lines for journald and log collectors, readable lines on a TTY.
-structlog itself is imported and configured only at the first event that passes the level.
+structlog itself is imported and configured only at the first event that passes the level, and
+never for a person's readable lines, which ``PersonsLines`` writes the way structlog would.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Mapping, MutableMapping
+from types import TracebackType
 from typing import Any, TextIO
 
 from prvstream.sinks.logger import set_threshold
 
-__all__ = ["configure_logging", "human_line", "wants_json"]
+__all__ = ["PersonsLines", "configure_logging", "human_line", "wants_json"]
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
@@ -62,39 +65,87 @@ def human_line(_: Any, method: str, event_dict: MutableMapping[str, Any]) -> str
     return line + (f"\n{exc}" if exc else "")
 
 
+def _exc_info(value: Any) -> tuple[type[BaseException], BaseException,
+                                    TracebackType | None] | None:
+    """What an event's ``exc_info`` names: an exception, a ``sys.exc_info()`` triple, or (any
+    other true value) the exception being handled now."""
+    if isinstance(value, BaseException):
+        return type(value), value, value.__traceback__
+    if (isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], type)
+            and issubclass(value[0], BaseException) and isinstance(value[1], BaseException)):
+        return value
+    if value:
+        current = sys.exc_info()
+        if current[1] is not None:
+            return current
+    return None
+
+
+class PersonsLines:
+    """A person's command's log lines (``human_line``), written without importing structlog.
+
+    The same lines structlog's chain makes of an event (its level, the event's keys, a
+    ``%``-interpolated event name, ``exc_info`` rendered as a traceback under the line), so a
+    small conversion that warns does not pay structlog's import (asyncio, ssl, logging).
+    """
+
+    __slots__ = ("_out",)
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def __call__(self, method: str, event: str, args: tuple[Any, ...],
+                 kw: dict[str, Any]) -> None:
+        if method == "exception":
+            kw.setdefault("exc_info", True)
+            method = "error"
+        if args:
+            single = len(args) == 1 and isinstance(args[0], Mapping) and args[0]
+            event = event % (args[0] if single else args)
+        event_dict: dict[str, Any] = {**kw, "event": event, "level": method}
+        exc_info = _exc_info(event_dict.pop("exc_info", None))
+        if exc_info is not None:
+            event_dict["exception"] = "".join(
+                traceback.format_exception(*exc_info)).removesuffix("\n")
+        self._out.write(human_line(None, method, event_dict) + "\n")
+        self._out.flush()
+
+
 def configure_logging(level: str | None = None, *, json: bool | None = None,
                       stream: TextIO | None = None, service: bool = False) -> bool:
     """Route log events to ``stream`` (stderr by default); return whether they are JSON.
 
     ``service`` marks the daemon; ``level=None`` is the audience's default (warning for a
     person, info for the daemon); ``json=None`` picks the format with ``wants_json``. Events
-    below the level are dropped before structlog is imported, and structlog is configured at
-    the first event that passes (it costs more to import than a small conversion).
+    below the level are dropped before structlog is imported; a person's readable lines are
+    written by ``PersonsLines``, and for JSON or the daemon structlog is configured at the first
+    event that passes (it costs more to import than a small conversion).
     """
     out = stream if stream is not None else sys.stderr
     as_json = wants_json(out, service=service, forced=json)
     threshold = _LEVELS[level or _DEFAULT_LEVEL[service]]
-    set_threshold(threshold, lambda: _configure(threshold, as_json, service, out))
+    if as_json or service:
+        set_threshold(threshold, lambda: _configure(threshold, as_json, out))
+    else:
+        set_threshold(threshold, writer=PersonsLines(out))
     return as_json
 
 
-def _configure(level: int, as_json: bool, service: bool, out: TextIO) -> None:
+def _configure(level: int, as_json: bool, out: TextIO) -> None:
     import structlog
 
     renderer: Any
     if as_json:
         renderer = structlog.processors.JSONRenderer()
-    elif service:
-        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
     else:
-        renderer = human_line
+        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out))
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        renderer,
     ]
-    if as_json or service:
-        processors.append(structlog.processors.TimeStamper(fmt="iso", utc=True))
-    processors += [structlog.processors.format_exc_info, renderer]
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -52,6 +52,18 @@ def test_small_convert_imports_neither_structlog_nor_the_daemon_stack(
     assert not top & {"structlog", "anyio", "asyncio", "watchdog"}
 
 
+def test_small_convert_that_warns_still_leaves_structlog_out(real_data_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """torch tiny holds no memset rows: asking for them prints a warning line, written
+    without structlog (a person's readable lines need none of it)."""
+    export = real_data_dir / "nsys2026.1_torch_tiny_rtx3080.sqlite"
+    status, top = _imported("convert", str(export), "-o", str(tmp_path / "out"),
+                            "--no-progress", "--trace", "kernel,memcpy,memset,runtime,comm")
+    assert status == 0
+    assert "numpy" in top
+    assert not top & {"structlog", "anyio", "asyncio", "watchdog", "logging"}
+
+
 def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
                                                    tmp_path: Path) -> None:
     """numpy.ma (np.unique's plain form imports it) and tomllib (only a config file or a

@@ -17,7 +17,7 @@ from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.dedupe import shares_processes
-from prvstream.daemon.stream.pipeline import PreparedReport, objects_of
+from prvstream.daemon.stream.pipeline import PreparedReport, ReportObjects, objects_of
 from prvstream.daemon.stream.planned import HelperDiverged, RemoteReport, plan_one, use_helper
 from prvstream.daemon.stream.spool import InOrderReplay
 from prvstream.daemon.stream.trace import ConvertResult, write_trace
@@ -108,6 +108,32 @@ def _check_requested(reports: Sequence[PreparedReport | RemoteReport], wanted: l
                             f"the rest")
 
 
+def _share_devices(reports: Sequence[PreparedReport], remote: Sequence[RemoteReport]
+                   ) -> bool:
+    """Whether a GPU (host, device) has activity in a report of each side."""
+    def devices(objects: ReportObjects) -> set[tuple[str, int]]:
+        return {(host, key[1]) for host, _, _, _, threads in objects for key in threads
+                if key[0] == 1}
+
+    mine: set[tuple[str, int]] = set()
+    for rep in reports:
+        mine |= devices(objects_of(rep))
+    return any(not mine.isdisjoint(devices(r.objects)) for r in remote)
+
+
+def _absorb(model: EfficiencyModel, helper: BatchHelper, last_report: str) -> None:
+    """The helper's model state taken into ``model`` (``partial.absorb``), the batch's last
+    report in canonical order named last; where it cannot be exact, the batch is converted
+    again in one process."""
+    from prvstream.sinks.efficiency.partial import absorb
+
+    state, windows = helper.group_state()
+    try:
+        absorb(model, state, windows, last_report)
+    except ValueError as exc:
+        raise HelperDiverged(f"the helper's model state: {exc}") from exc
+
+
 class SummaryHistory:
     """A conversion's summary records, streamed to a hidden ``.part`` file beside
     ``summary_jsonl`` and renamed into place by ``commit``; without a path they are dropped."""
@@ -195,7 +221,7 @@ def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
             from prvstream.daemon.stream.helper import OWN_SHARE, BatchHelper
 
             mine = paths[: int(len(paths) * OWN_SHARE)]
-            helper = BatchHelper.start(paths[len(mine):], settings, len(paths))
+            helper = BatchHelper.start(paths[len(mine):], settings, len(paths), model)
         return _convert(paths, mine, failed, out, settings, model, progress, summary_jsonl,
                         spill, helper, sync_dir)
     finally:
@@ -238,10 +264,18 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
         _check_requested(everything, settings.kinds)
     # the model takes the reports in canonical order, each as soon as it and every report
     # before it have streamed (they end in about that order: the merge opens them so)
+    ordered = sorted(everything, key=lambda r: r.sort_key)
+    # with a helper whose reports share no device with ours, it feeds them into a model of
+    # its own, whose state ours absorbs at the end (the model's work split over two cores)
+    split = (helper is not None and model is not None and len(everything) > 1
+             and not _share_devices(reports, remote))
+    fed = [r for r in ordered if isinstance(r, PreparedReport)] if split else ordered
     replay = None if model is None or len(everything) == 1 else InOrderReplay(
-        model, [r.path for r in sorted(everything, key=lambda r: r.sort_key)], settings.fan_in)
+        model, [r.path for r in fed], settings.fan_in)
     if helper is not None and replay is not None:
-        helper.on_fed = replay.arrived
+        helper.models = split
+        if not split:
+            helper.on_fed = replay.arrived
 
     def spool_for(rep: PreparedReport) -> Sink | None:
         if replay is None:
@@ -253,6 +287,8 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
     def summarize() -> None:  # while the trace's files are fsynced (write_trace)
         if model is not None and replay is not None:
             replay.finish()
+            if split and helper is not None:
+                _absorb(model, helper, ordered[-1].path.name)
             model.release_updates()
         if model is not None:
             history.publish_updates(model)

@@ -1,7 +1,8 @@
 """A batch's second core: a forked helper process plans, reads and converts the later part of
 a batch of many small reports, and hands back what the converter needs of them (facts for
-the numbering, one merged run of their records, each report's sink feed); the plans, the
-exports and their schemas stay in the helper, so nothing of a schema crosses processes.
+the numbering, one merged run of their records, and either each report's sink feed or the
+state of a model it fed them into); the plans, the exports and their schemas stay in the
+helper, so nothing of a schema crosses processes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.heldrows import RowSpill
@@ -39,10 +40,14 @@ from prvstream.daemon.stream.planned import (
     plan_one,
     use_helper,
 )
-from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.daemon.stream.spool import InOrderReplay, ReportSpool
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.scratch import ScratchFile
+
+if TYPE_CHECKING:
+    from prvstream.sinks.efficiency import EfficiencyModel
+    from prvstream.sinks.efficiency.partial import EfficiencyState
 
 __all__ = ["MIN_REPORTS", "OWN_SHARE", "BatchHelper", "HelperDiverged", "RemoteReport",
            "handed_runs", "plan_one", "use_helper"]
@@ -115,12 +120,19 @@ class BatchHelper:
         self.rows: Counter[str] = Counter()
         self.kind_records: Counter[str] = Counter()
         self._runs: list[Path] | None = None
+        #: where the helper's model state lies in the hand-over file (``group_state``)
+        self._state: tuple[int, int] | None = None
         #: the reports it planned (``planned``)
         self.remote: list[RemoteReport] = []
+        #: whether the helper feeds its reports into its own copy of the model and hands
+        #: over the state (``group_state``) instead of each report's feed
+        self.models = False
 
     @classmethod
-    def start(cls, paths: list[Path], settings: Settings, reports: int) -> BatchHelper:
-        """Fork a helper that plans ``paths`` (of a batch of ``reports``) at once."""
+    def start(cls, paths: list[Path], settings: Settings, reports: int,
+              model: EfficiencyModel | None = None) -> BatchHelper:
+        """Fork a helper that plans ``paths`` (of a batch of ``reports``) at once; ``model``,
+        fed nothing yet, is what its own copy starts from (``models``)."""
         scratch = Path(tempfile.mkdtemp(prefix="prvstream-helper-"))
         xfer = ScratchFile("prvstream-helper-")
         xfer.fileno()  # opened before the fork: both processes hold it
@@ -135,7 +147,8 @@ class BatchHelper:
             try:
                 inbox.close()
                 outbox.close()
-                _helper_main(child_in, child_out, paths, settings, reports, scratch, xfer)
+                _helper_main(child_in, child_out, paths, settings, reports, scratch, xfer,
+                             model)
                 code = 0
             except BaseException as exc:
                 with contextlib.suppress(BaseException):
@@ -162,7 +175,8 @@ class BatchHelper:
         """Ask the helper to convert its reports (each with its canonical index and the
         earlier claims on its threads) with the batch's numbering."""
         self._outbox.send(("convert", pickle.dumps(ids.state, protocol=5), origin,
-                           [(str(r.path), i, e) for r, i, e in jobs], chunk_rows, feed))
+                           [(str(r.path), i, e) for r, i, e in jobs], chunk_rows,
+                           feed and not self.models, feed and self.models))
 
     def poll(self) -> None:
         """Take in whatever the helper has sent, without waiting."""
@@ -179,6 +193,18 @@ class BatchHelper:
         while self._runs is None:
             self._take(self._receive())
         yield from read_run(self._runs[index])
+
+    def group_state(self) -> tuple[EfficiencyState, list[int]]:
+        """The state of the helper's model, fed its reports (``models``), and the windows
+        they touched (``partial.group_state``); once its runs are in."""
+        from prvstream.sinks.efficiency.partial import decode_partial
+
+        while self._runs is None:
+            self._take(self._receive())
+        if self._state is None:
+            raise HelperDiverged("the helper sent no model state")
+        data, windows = pickle.loads(b"".join(self._xfer.read_slices(*self._state)))
+        return decode_partial(data), windows
 
     def close(self) -> None:
         """Stop the helper if it still runs, reap it, and remove what it left."""
@@ -213,7 +239,7 @@ class BatchHelper:
             if self.on_fed is not None and info is not None:
                 self.on_fed(Path(path), ReportSpool.recorded(info, parts))
         elif msg[0] == "done":
-            _, runs, rows, kind_records, grew = msg
+            _, runs, rows, kind_records, grew, self._state = msg
             if grew:
                 raise HelperDiverged("the helper registered ids the numbering lacked")
             self.rows.update(rows)
@@ -224,8 +250,10 @@ class BatchHelper:
 
 
 def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings: Settings,
-                 reports: int, scratch: Path, xfer: ScratchFile) -> None:
-    """The helper process: plan, send the facts, then convert on request."""
+                 reports: int, scratch: Path, xfer: ScratchFile,
+                 model: EfficiencyModel | None = None) -> None:
+    """The helper process: plan, send the facts, then convert on request (each report's
+    feed sent over, or fed into its copy of ``model`` whose state is sent at the end)."""
     spill = RowSpill()  # its own: the converter's spill is not shared
     planned: dict[str, PreparedReport] = {}
     remote: list[RemoteReport] = []
@@ -245,8 +273,14 @@ def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings:
     msg = inbox.recv()
     if msg[0] != "convert":
         return
-    _, state, origin, jobs, chunk_rows, feed = msg
+    _, state, origin, jobs, chunk_rows, feed, models = msg
     ids = Numbering(pickle.loads(state))
+    replay = None
+    if models:
+        if model is None:
+            raise RuntimeError("asked to feed a model the helper was not given")
+        model.hold_updates()  # converted together: the converter makes the one update
+        replay = InOrderReplay(model, [path for path, _, _ in jobs], settings.fan_in)
     mark = ids.mark()
     rows: Counter[str] = Counter()
     kind_records: Counter[str] = Counter()
@@ -258,14 +292,15 @@ def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings:
         rep.open(chunk_rows)
         ctx, info = report_context(rep, ids, origin, index, settings.phase_pattern,
                                    settings.rank_pattern, earlier)
-        spool = ReportSpool(in_memory=True) if feed else None
+        spool = (replay.spool(path) if replay is not None
+                 else ReportSpool(in_memory=True) if feed else None)
         try:
             yield from report_stream(rep, ctx, info, chunk_rows, spool, rows, kind_records,
                                      whole_rows=whole_rows(settings))
         finally:
             rep.close()
         blob = pickle.dumps((rep.path.name, info if feed else None,
-                             list(spool.parts()) if spool is not None else [],
+                             list(spool.parts()) if spool is not None and feed else [],
                              dict(ctx.hostile)), protocol=5)
         at, size = xfer.append([blob])
         outbox.send(("fed", path, at, size))
@@ -275,7 +310,14 @@ def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings:
     runs = [str(path if path is not None else write_run(stream, scratch))
             for stream, _, path in left]
     spill.close()
-    outbox.send(("done", runs, rows, kind_records, ids.grown_since(mark)))
+    handed = None
+    if replay is not None and model is not None:
+        from prvstream.sinks.efficiency.partial import encode_partial, group_state
+
+        replay.finish()
+        group, windows = group_state(model)
+        handed = xfer.append([pickle.dumps((encode_partial(group), windows), protocol=5)])
+    outbox.send(("done", runs, rows, kind_records, ids.grown_since(mark), handed))
 
 
 def handed_runs(reports: int, fan_in: int) -> int:

@@ -22,7 +22,7 @@ from prvstream.sinks.efficiency.host import (
     threads,
 )
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
-from prvstream.sinks.efficiency.tables import Tables, merge_tables
+from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import DEFAULT_RECENT, SummaryState
@@ -38,10 +38,12 @@ __all__ = [
     "HostState",
     "ProcessState",
     "Rows",
+    "absorb",
     "decode_partial",
     "encode_partial",
     "encode_state_chunks",
     "export_state",
+    "group_state",
     "merge",
     "merge_all",
     "restore",
@@ -336,11 +338,33 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
                         gap_threshold_ns=state.gap_threshold_ns, flush_rows=flush_rows,
                         nccl_as=state.nccl_as,
                         recent=recent)
+    _load(m, state)
+    m._reports = state.reports
+    m._tables = Tables(state.tables)
+    m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
+    for host, pid, a, b in state.nvtx:
+        m._nvtx.setdefault((host, pid), array("q")).extend((a, b))
+    m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
+    m._last_key = None if state.last is None else (state.last[0], state.last[1])
+    m._last_report = state.last[1] if state.last is not None else ""
+    m._span = None if state.span is None else (state.span[0], state.span[1])
+    if published is not None:
+        m._folder = SpilledFolder(published, recent)
+    else:
+        m._rebuild_state()
+    return m
+
+
+def _load(m: EfficiencyModel, state: EfficiencyState) -> array[int]:
+    """Load the processes' phase occurrences, the devices and the host processes of
+    ``state`` into ``m``, none of which ``m`` holds yet; return the instance id of every
+    occurrence loaded."""
+    touched = array("q")
     for p in state.processes:
         proc = (p.host, p.pid)
         for name, flat in p.phases.items():
             for j in range(0, len(flat), 2):
-                m._occurrence(proc, name, flat[j], flat[j + 1])
+                touched.append(m._occurrence(proc, name, flat[j], flat[j + 1]))
     for ds in state.devices:
         proc = (ds.proc_host, ds.pid)
         dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
@@ -376,20 +400,70 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
                 halves.append(half)
         if at:
             m._host.instances.load(hp.id, np.concatenate(at), np.concatenate(halves))
-    m._reports = state.reports
-    m._tables = Tables(state.tables)
-    m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
+    return touched
+
+
+def group_state(m: EfficiencyModel) -> tuple[EfficiencyState, list[int]]:
+    """The state of a model whose updates are held (``hold_updates``) and the windows its
+    reports touched: what ``absorb`` takes into another model."""
+    if m._held is None:
+        raise RuntimeError("group_state of a model whose updates are not held")
+    return export_state(m), sorted(m._held[0])
+
+
+def absorb(m: EfficiencyModel, state: EfficiencyState, windows: Iterable[int],
+           last_report: str) -> None:
+    """Take the reports of ``state`` (``group_state`` of another model, with the ``windows``
+    they touched) into ``m``, whose updates are held, as if ``m`` had been fed them: the
+    records of its update are then those of one model fed every report in order, the last
+    of which is ``last_report``.
+
+    Exact only where the two sets of reports share no process and no device (nothing of one
+    report then depends on a report of the other set but through sums, extremes and the
+    phase instances, which widen alike in any order) and no table is near its name cap
+    (``tables.NAME_CAP``, where a single pass would fold names by the order it met them):
+    anything else raises ``ValueError`` before ``m`` is changed.
+    """
+    if m._held is None or m._report is not None:
+        raise RuntimeError("absorb into a model between reports, its updates held")
+    if (m.window_ns, m.gap_threshold_ns, m.nccl_as) != (state.window_ns,
+                                                         state.gap_threshold_ns, state.nccl_as):
+        raise ValueError("cannot absorb an efficiency state of other settings")
+    procs = {(p.host, p.pid) for p in state.processes} | {(h.host, h.pid) for h in state.hosts}
+    shared = next((f"{h}:{p}" for h, p in procs
+                   if (h, p) in m._occ_spans or (h, p) in m._host.processes
+                   or (h, p) in m._nvtx), None)
+    shared = shared or next((f"{d.host} GPU {d.device}" for d in state.devices
+                             if (d.host, d.device) in m._device_ids), None)
+    shared = shared or next((f"{h}:{p} NVTX ranges" for h, p, _, _ in state.nvtx
+                             if (h, p) in m._nvtx or (h, p) in m._occ_spans), None)
+    if shared is not None:
+        raise ValueError(f"cannot absorb a state sharing {shared} with the model")
+    tables = merge_tables(m._tables.export(), state.tables)
+    phase_tables = {n: merge_tables(m._phase_tables[n].export() if n in m._phase_tables
+                                    else {}, state.phase_tables.get(n, {}))
+                    for n in sorted(m._phase_tables.keys() | state.phase_tables.keys())}
+    every = [*m._tables.data.values(), *state.tables.values(), *tables.values(),
+             *(t for p in m._phase_tables.values() for t in p.data.values()),
+             *(t for p in state.phase_tables.values() for t in p.values()),
+             *(t for p in phase_tables.values() for t in p.values())]
+    if any(len(t) > NAME_CAP // 2 for t in every):
+        raise ValueError("cannot absorb tables near their name cap (the names a single pass "
+                         "folds depend on the order it met them)")
+    touched = _load(m, state)
+    m._reports += state.reports
+    m._tables = Tables(tables)
+    m._phase_tables = {n: Tables(t) for n, t in phase_tables.items()}
     for host, pid, a, b in state.nvtx:
         m._nvtx.setdefault((host, pid), array("q")).extend((a, b))
-    m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
-    m._last_key = None if state.last is None else (state.last[0], state.last[1])
-    m._last_report = state.last[1] if state.last is not None else ""
-    m._span = None if state.span is None else (state.span[0], state.span[1])
-    if published is not None:
-        m._folder = SpilledFolder(published, recent)
-    else:
-        m._rebuild_state()
-    return m
+    m._notes = _merge_notes(m._notes, state.notes)
+    lasts = [x for x in (m._last_key, state.last) if x is not None]
+    m._last_key = max((x[0], x[1]) for x in lasts) if lasts else None
+    m._last_report = last_report
+    spans = [s for s in (m._span, state.span) if s is not None]
+    m._span = (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+    m._held[0].update(windows)
+    m._held[1].extend(touched)
 
 
 def _order(a: list[int], b: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -20,9 +20,11 @@ from prvstream.sinks.base import (
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import (
     EfficiencyState,
+    absorb,
     decode_partial,
     encode_partial,
     encode_state_chunks,
+    group_state,
     merge,
     merge_all,
 )
@@ -208,6 +210,58 @@ def test_pieces_of_many_devices_carry_msgpack_array_headers_of_every_size(device
     data = b"".join(encode_state_chunks(model))
     assert data == encode_partial(model.partial())
     assert len(decode_partial(data).devices) == devices // 3 * 3
+
+
+def _held(reports: list[Report], window: int) -> EfficiencyModel:
+    """A model fed ``reports`` as one group (``hold_updates``), as a batch feeds its own."""
+    model = EfficiencyModel("j", window_ns=window, gap_threshold_ns=3)
+    model.hold_updates()
+    for rep in reports:
+        _feed(model, rep)
+    return model
+
+
+def _proc(rep: Report) -> tuple[str, int]:
+    return rep[0].processes[0].host, rep[0].processes[0].pid
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=sliced_jobs(), window=st.integers(7, 50), data=st.data())
+def test_a_model_absorbing_the_state_of_other_processes_gives_the_single_pass_records(  # type: ignore[no-untyped-def]
+        job, window: int, data) -> None:
+    """A batch's helper feeds its reports into a model of its own and the converter's model
+    absorbs its state (``absorb``): where the two sets share no process and no GPU, the
+    update's records and the summary state are those of one model fed every report."""
+    side = {p: data.draw(st.integers(0, 1)) for p in sorted({_proc(r) for r in job})}
+    whole = _held(job, window)
+    whole.release_updates()
+    mine = _held([r for r in job if side[_proc(r)] == 0], window)
+    state, windows = group_state(_held([r for r in job if side[_proc(r)] == 1], window))
+    absorb(mine, decode_partial(encode_partial(state)), windows, job[-1][0].report_id)
+    mine.release_updates()
+    assert mine.partial() == whole.partial()
+    assert b"".join(mine.iter_update_bytes()) == b"".join(whole.iter_update_bytes())
+    assert mine.state_json() == whole.state_json()
+
+
+@pytest.mark.parametrize("shared", ["process", "device"])
+def test_absorb_refuses_a_state_sharing_a_process_or_a_device(shared: str) -> None:
+    a = report("a", "h", 100, 0, [0], 0, 50, phase_names=["step"])
+    b = report("b", "h", 100 if shared == "process" else 101, 1, [0], 60, 90,
+               phase_names=["step"])
+    mine, theirs = _held([], 10), _held([], 10)
+    for model, info in ((mine, a), (theirs, b)):
+        model.begin_report(info)
+        feed_interleaved(model, acts([(info.start_ns, info.start_ns + 5, 0, 0, C)]),
+                         phases([(info.start_ns, info.start_ns + 8, 0, 0)]), 4)
+        model.end_report()
+    before = mine.partial()
+    state, windows = group_state(theirs)
+    with pytest.raises(ValueError, match="sharing"):
+        absorb(mine, state, windows, "b")
+    assert mine.partial() == before
+    with pytest.raises(RuntimeError, match="held"):
+        group_state(EfficiencyModel("j", window_ns=10))
 
 
 def test_merge_refuses_different_settings() -> None:

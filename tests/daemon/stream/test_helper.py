@@ -13,7 +13,7 @@ from prvstream.daemon.config import load_settings
 from prvstream.daemon.stream import batch, helper
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
-from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.efficiency import EfficiencyModel, partial
 from tests.conftest import real_exports
 
 
@@ -60,9 +60,37 @@ def _same_with_a_helper(inputs: list[str], tmp_path: Path) -> None:
     assert helped == alone
 
 
+def _absorbed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reports of each helper model state the converter's model absorbs."""
+    absorbed: list[int] = []
+    real = partial.absorb
+
+    def counted(model: EfficiencyModel, state: partial.EfficiencyState, *args: Any) -> None:
+        absorbed.append(state.reports)
+        real(model, state, *args)
+
+    monkeypatch.setattr(partial, "absorb", counted)
+    return absorbed
+
+
 def test_a_batch_of_mixed_nsys_versions_gives_one_process_bytes_with_a_helper(
-        tmp_path: Path, mixed: list[str]) -> None:
+        tmp_path: Path, mixed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    absorbed = _absorbed(monkeypatch)
     _same_with_a_helper(mixed, tmp_path)
+    assert absorbed == []  # both halves have GPU 0 of one host: the helper sends its feeds
+
+
+def test_a_helper_of_other_gpus_feeds_a_model_whose_state_the_converter_absorbs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks on hosts of their own (the helper's half shares no GPU with the converter's):
+    the helper feeds its reports into its own model, the converter's absorbs its state, and
+    the trace, history and summary are one process's."""
+    monkeypatch.setattr(batch, "use_helper", lambda paths, settings: len(paths) >= 2)
+    inputs = [str(p) for p in write_job(tmp_path / "src", SynthSpec(
+        ranks=6, hosts=3, gpus_per_rank=2, steps=2, layers=2, seed=5))]
+    absorbed = _absorbed(monkeypatch)
+    _same_with_a_helper(inputs, tmp_path)
+    assert absorbed == [3]
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """The process-wide switches the settings hold, applied in one place: the pure-Python record
-formatter, row filler, record keys, merge sorts, value factorizer and phase overlaps, and one
-log event when the optional C extensions are missing (the Python fallback, slower, is then in
-use).
+formatter, row filler, record keys, merge sorts, value factorizer, phase overlaps and sweep
+segments, and one log event when the optional C extensions are missing (the Python fallback,
+slower, is then in use).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def extensions() -> tuple[OptionalExtension, ...]:
     from prvstream.daemon.nsys import rowfill  # noqa: F401
     from prvstream.daemon.stream import merge, ready  # noqa: F401
     from prvstream.sinks import arrays  # noqa: F401
-    from prvstream.sinks.efficiency import overlap  # noqa: F401
+    from prvstream.sinks.efficiency import overlap, parts  # noqa: F401
     from prvstream.sinks.paraver import fastfmt, records  # noqa: F401
 
     return native.registered()

@@ -10,6 +10,7 @@ import numpy as np
 
 from prvstream.sinks.base import ReportInfo
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.native import OptionalExtension
 from prvstream.sinks.summary.encoded import EncodedRecord
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "N_MEASURES",
     "OVERLAP",
     "REPEATED",
+    "SEGMENTS",
     "USEFUL",
     "WIDTH",
     "Device",
@@ -172,14 +174,31 @@ class Pending(msgspec.Struct):
 REPEATED = 3
 
 
+#: ``segments`` in one pass (optional: built when a C compiler was there; rows an earlier
+#: report holds are counted by the numpy code either way)
+SEGMENTS = OptionalExtension("prvstream.sinks.efficiency._overlap", "segments",
+                             "efficiency segments")
+
+
 def segments(s: np.ndarray, e: np.ndarray, c: np.ndarray, lo: int,
-             hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             hi: int, *, pure: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                      np.ndarray]:
     """Split [lo, hi) at every interval boundary: edges and, per segment, the running count of
-    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``).
+    compute kernels, NCCL kernels and of everything (intervals start at or after ``lo``; at
+    least one interval).
 
     With rows an earlier report holds (categories ``REPEATED`` and up), the counts are rows of
     two: all rows (first), and those rows alone (second)."""
     n = len(s)
+    compiled = SEGMENTS.use(pure)
+    if compiled is not None and n:
+        edges = np.empty(2 * n + 2, np.int64)
+        comp, nccl, total = (np.empty(2 * n + 1, np.int64) for _ in range(3))
+        m = compiled(np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64),
+                     np.ascontiguousarray(c, np.int8), int(lo), int(hi), edges, comp, nccl,
+                     total)
+        if m >= 0:
+            return edges[:m + 1], comp[:m], nccl[:m], total[:m]
     eo = np.argsort(e, kind="stable")
     t = np.concatenate((s, e[eo]))
     order = np.argsort(t, kind="stable")  # two sorted runs: a merge

@@ -16,7 +16,7 @@ from prvstream.daemon.nsys import reader, rowfill
 from prvstream.daemon.stream import merge, ready
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks import arrays, native
-from prvstream.sinks.efficiency import overlap
+from prvstream.sinks.efficiency import overlap, parts
 from prvstream.sinks.paraver import fastfmt, records
 
 
@@ -40,6 +40,7 @@ def test_switches_keep_their_environment_names(raw: str, on: bool) -> None:
 def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
     runtime.apply(load_settings(None, {"pure_python": True}, environ={}))
     assert set(runtime.extensions()) == {rowfill.ROW_FILLER, rowfill.SQL_ROWS, overlap.OVERLAPS,
+                                        parts.SEGMENTS,
                                         fastfmt.FORMATTER, fastfmt.WRITER, fastfmt.THREAD,
                                         merge.SORTER, nesting.NESTING,
                                         merge.GATHERER, ready.SPLITTER,

@@ -1,7 +1,7 @@
 """The process-wide switches the settings hold, applied in one place: the pure-Python record
-formatter, row filler, record keys, merge sorts, value factorizer, phase overlaps and sweep
-segments, and one log event when the optional C extensions are missing (the Python fallback,
-slower, is then in use).
+formatter, row filler, record keys, merge sorts, value factorizer, group sums, phase overlaps
+and sweep segments, and one log event when the optional C extensions are missing (the Python
+fallback, slower, is then in use).
 """
 
 from __future__ import annotations

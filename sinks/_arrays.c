@@ -1,5 +1,6 @@
 /* ``np.unique(values, return_inverse=True)`` of a 1-d integer array with few distinct values,
- * in two passes and no sort of the values.
+ * in two passes and no sort of the values; and a table's per-name count, sum, least, greatest
+ * and byte sum in one pass (``base.table_rows``).
  *
  * unique_inverse(values, uniq, inverse) -> int
  *   values:   a 1-d array of signed integers (1, 2, 4 or 8 bytes) or unsigned ones (1, 2 or 4
@@ -10,7 +11,15 @@
  *   returns   the number of distinct values; -1 (``inverse`` unspecified) when there are more
  *             than FEW (the caller asks numpy then), -2 when the type is not one of those
  *
- * arrays.py's numpy code gives the same arrays; the tests compare them.
+ * group_stats(inverse, values, nbytes, count, total, lo, hi, size) -> int
+ *   inverse:  C-contiguous int64 buffer of n group indices, each in [0, m)
+ *   values:   C-contiguous int64 buffer of the n rows' values; nbytes: another one, or None
+ *   count, total, lo, hi, size: writable int64 buffers of m groups, set: the rows of each
+ *             group, the sum, least and greatest of their values (INT64_MAX and INT64_MIN
+ *             where none), the sum of their nbytes (0 without); sums wrap as numpy's do
+ *   returns   0; -1 (the buffers unspecified) when a group index lies outside [0, m)
+ *
+ * arrays.py's and base.py's numpy code give the same arrays; the tests compare them.
  */
 #include "native.h"
 #include <stdint.h>
@@ -169,5 +178,77 @@ done:
     return result;
 }
 
-PRVSTREAM_ONE_FUNCTION_MODULE(_arrays, "Distinct values and inverse of small integer arrays.",
-                              unique_inverse, "unique_inverse(values, uniq, inverse) -> int")
+static int sized(Py_buffer *b, Py_ssize_t n, const char *what) {
+    if (b->len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd int64 values", what, n);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *group_stats(PyObject *self, PyObject *args) {
+    Py_buffer inv, val, nb = {0}, count, total, lo, hi, size;
+    PyObject *nbytes;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*Ow*w*w*w*w*", &inv, &val, &nbytes, &count, &total, &lo,
+                          &hi, &size)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int have_nb = 0;
+    const Py_ssize_t n = inv.len / (Py_ssize_t)sizeof(int64_t);
+    const Py_ssize_t m = count.len / (Py_ssize_t)sizeof(int64_t);
+    if (nbytes != Py_None) {
+        if (PyObject_GetBuffer(nbytes, &nb, PyBUF_SIMPLE) < 0) goto done;
+        have_nb = 1;
+    }
+    if (sized(&inv, n, "inverse") || sized(&val, n, "values")
+        || (have_nb && sized(&nb, n, "nbytes")) || sized(&count, m, "count")
+        || sized(&total, m, "total") || sized(&lo, m, "lo") || sized(&hi, m, "hi")
+        || sized(&size, m, "size")) {
+        goto done;
+    }
+    const int64_t *g = inv.buf, *v = val.buf, *b = have_nb ? nb.buf : NULL;
+    int64_t *c = count.buf, *t = total.buf, *l = lo.buf, *h = hi.buf, *z = size.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        c[k] = t[k] = z[k] = 0;
+        l[k] = INT64_MAX;
+        h[k] = INT64_MIN;
+    }
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t k = g[i];
+        if (k < 0 || k >= m) {
+            bad = 1;
+            break;
+        }
+        const int64_t x = v[i];
+        c[k]++;
+        t[k] = (int64_t)((uint64_t)t[k] + (uint64_t)x);
+        if (x < l[k]) l[k] = x;
+        if (x > h[k]) h[k] = x;
+        if (b) z[k] = (int64_t)((uint64_t)z[k] + (uint64_t)b[i]);
+    }
+    result = PyLong_FromLong(bad ? -1 : 0);
+done:
+    if (have_nb) PyBuffer_Release(&nb);
+    PyBuffer_Release(&inv);
+    PyBuffer_Release(&val);
+    PyBuffer_Release(&count);
+    PyBuffer_Release(&total);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&size);
+    return result;
+}
+
+static PyMethodDef arrays_methods[] = {
+    {"unique_inverse", unique_inverse, METH_VARARGS,
+     "unique_inverse(values, uniq, inverse) -> int"},
+    {"group_stats", group_stats, METH_VARARGS,
+     "group_stats(inverse, values, nbytes, count, total, lo, hi, size) -> int"},
+    {NULL, NULL, 0, NULL},
+};
+
+PRVSTREAM_MODULE(_arrays, "Distinct values and inverse, and group sums, of small integer arrays.",
+                 arrays_methods)

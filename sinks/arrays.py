@@ -1,6 +1,7 @@
 """``np.unique``'s answers for the small integer arrays of one chunk, without its fixed cost
 (tens of microseconds a call in numpy 2.4, thousands of calls a conversion); the inverse of
-few distinct values in C (``_arrays``, optional) where it was built."""
+few distinct values, and per-group count, sum, least and greatest, in C (``_arrays``,
+optional) where it was built."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 
 from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["FACTORIZER", "distinct", "unique_inverse"]
+__all__ = ["FACTORIZER", "GROUPER", "distinct", "group_stats", "unique_inverse"]
 
 #: ``unique_inverse`` finds the inverse by binary search up to this many distinct values
 _FEW = 64
@@ -16,6 +17,38 @@ _FEW = 64
 #: the distinct values and inverse in two passes over the values (C, optional; its limit of
 #: distinct values is ``_FEW``)
 FACTORIZER = OptionalExtension("prvstream.sinks._arrays", "unique_inverse", "value factorizer")
+#: ``group_stats`` in one pass (C, optional)
+GROUPER = OptionalExtension("prvstream.sinks._arrays", "group_stats", "group sums")
+
+#: ``np.iinfo(np.int64)``'s bounds (building an ``iinfo`` costs microseconds a call)
+_I64_MAX, _I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
+
+
+def group_stats(inverse: np.ndarray, values: np.ndarray, nbytes: np.ndarray | None, n: int,
+                *, pure: bool = False
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per group 0..n-1 of the rows (row i in group ``inverse[i]``): how many rows, the sum,
+    least and greatest of their ``values`` (int64 bounds where none) and the sum of their
+    ``nbytes`` (0 without), each an int64 array of ``n``."""
+    vals = values.astype(np.int64, copy=False)
+    compiled = GROUPER.use(pure)
+    if compiled is not None:
+        out = tuple(np.empty(n, np.int64) for _ in range(5))
+        if compiled(np.ascontiguousarray(inverse, np.int64), np.ascontiguousarray(vals),
+                    None if nbytes is None else np.ascontiguousarray(nbytes, np.int64),
+                    *out) == 0:
+            return out  # type: ignore[return-value]
+    count = np.bincount(inverse, minlength=n).astype(np.int64)
+    total = np.zeros(n, np.int64)
+    np.add.at(total, inverse, vals)
+    lo = np.full(n, _I64_MAX, np.int64)
+    np.minimum.at(lo, inverse, vals)
+    hi = np.full(n, _I64_MIN, np.int64)
+    np.maximum.at(hi, inverse, vals)
+    size = np.zeros(n, np.int64)
+    if nbytes is not None:
+        np.add.at(size, inverse, nbytes.astype(np.int64, copy=False))
+    return count, total, lo, hi, size
 
 
 def distinct(values: np.ndarray) -> np.ndarray:

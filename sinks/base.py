@@ -13,6 +13,8 @@ from typing import Protocol
 import msgspec
 import numpy as np
 
+from prvstream.sinks.arrays import group_stats
+
 __all__ = [
     "ACTIVITY_DTYPE",
     "HOST_DTYPE",
@@ -170,25 +172,10 @@ def table_detail(table: str, labels: list[str], inverse: np.ndarray, start: np.n
                        else np.asarray(stream, np.int32))
 
 
-#: ``np.iinfo(np.int64)``'s bounds (building an ``iinfo`` costs microseconds a call)
-_I64_MAX, _I64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
-
-
 def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.ndarray,
                nbytes: np.ndarray | None = None) -> TableRows:
     """Aggregate rows whose name is ``labels[inverse[i]]`` (labels with no row are dropped)."""
-    n = len(labels)
-    dur = duration.astype(np.int64, copy=False)
-    count = np.bincount(inverse, minlength=n).astype(np.int64)
-    total = np.zeros(n, np.int64)
-    np.add.at(total, inverse, dur)
-    lo = np.full(n, _I64_MAX, np.int64)
-    np.minimum.at(lo, inverse, dur)
-    hi = np.full(n, _I64_MIN, np.int64)
-    np.maximum.at(hi, inverse, dur)
-    size = np.zeros(n, np.int64)
-    if nbytes is not None:
-        np.add.at(size, inverse, nbytes.astype(np.int64, copy=False))
+    count, total, lo, hi, size = group_stats(inverse, duration, nbytes, len(labels))
     used = np.flatnonzero(count)
     return TableRows(table, [labels[i] for i in used.tolist()], count[used], total[used],
                      lo[used], hi[used], size[used])

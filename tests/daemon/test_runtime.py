@@ -44,7 +44,7 @@ def test_pure_python_switches_every_extension_and_the_reader_off() -> None:
                                         fastfmt.FORMATTER, fastfmt.WRITER, fastfmt.THREAD,
                                         merge.SORTER, nesting.NESTING,
                                         merge.GATHERER, ready.SPLITTER,
-                                        arrays.FACTORIZER, records.KEYS}
+                                        arrays.FACTORIZER, arrays.GROUPER, records.KEYS}
     assert not any(ext.compiled() for ext in runtime.extensions()) and not reader.enabled()
     runtime.apply(load_settings(None, {}, environ={}))
     assert all(ext.compiled() == ext.built() for ext in runtime.extensions())

@@ -1,4 +1,5 @@
-"""``unique_inverse`` and ``distinct`` are ``np.unique``'s answers, faster for few values."""
+"""``unique_inverse`` and ``distinct`` are ``np.unique``'s answers, faster for few values; the
+compiled ``group_stats`` gives numpy's group sums."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.arrays import FACTORIZER, distinct, unique_inverse
+from prvstream.sinks.arrays import FACTORIZER, GROUPER, distinct, group_stats, unique_inverse
 
 
 @settings(max_examples=300, deadline=None)
@@ -87,3 +88,29 @@ def test_compiled_factorizer_declines_what_it_does_not_handle() -> None:
     assert factor(np.zeros((2, 2), np.int64), out, np.empty(4, np.int64)) == -2
     with pytest.raises(ValueError, match="64 values"):
         factor(np.arange(3, dtype=np.int64), np.empty(3, np.int64), np.empty(3, np.int64))
+
+
+@pytest.mark.skipif(not GROUPER.built(), reason="the _arrays C extension was not built (no "
+                    "C compiler at install time): only numpy's group sums are in use")
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 6), st.integers(-2**63, 2**63 - 1),
+                               st.integers(-2**40, 2**40)), max_size=40),
+       groups=st.integers(7, 10), with_bytes=st.booleans())
+def test_compiled_group_stats_equal_numpy(rows: list[tuple[int, int, int]], groups: int,
+                                          with_bytes: bool) -> None:
+    """Any int64 values (sums wrap as numpy's do), groups with no row, with and without
+    bytes."""
+    inverse = np.array([r[0] for r in rows], np.int64)
+    values = np.array([r[1] for r in rows], np.int64)
+    nbytes = np.array([r[2] for r in rows], np.int64) if with_bytes else None
+    want = group_stats(inverse, values, nbytes, groups, pure=True)
+    got = group_stats(inverse, values, nbytes, groups)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()
+
+
+def test_group_stats_of_an_index_out_of_range_raise_as_numpy_does() -> None:
+    for pure in (True, False):
+        with pytest.raises(IndexError):
+            group_stats(np.array([0, 3], np.int64), np.array([1, 2], np.int64), None, 3,
+                        pure=pure)

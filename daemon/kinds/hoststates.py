@@ -63,7 +63,7 @@ def cut(begin: np.ndarray, end: np.ndarray, grid_at: int = 0
     if not bool((pieces != 1).any()):  # none crosses a grid point (most chunks): as they are
         return begin + grid_at, end + grid_at, np.zeros(len(begin), bool)
     idx = np.repeat(np.arange(len(begin)), pieces)
-    k = np.arange(len(idx)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    k = np.arange(len(idx)) - np.repeat(pieces.cumsum() - pieces, pieces)
     cell = begin[idx] // GRID + k
     return (np.where(k == 0, begin[idx], cell * GRID) + grid_at,
             np.minimum(end[idx], (cell + 1) * GRID) + grid_at, k > 0)
@@ -86,7 +86,7 @@ def yield_to(spans: list[tuple[int, int]], begin: np.ndarray, end: np.ndarray,
                                    np.concatenate((cont, cont & (right == begin))))
         keep = end > begin
         begin, end, state, cont = begin[keep], end[keep], state[keep], cont[keep]
-    order = np.argsort(begin, kind="stable")
+    order = begin.argsort(kind="stable")
     return begin[order], end[order], state[order], cont[order]
 
 

@@ -43,13 +43,13 @@ def _merge_into(held: deque[np.ndarray], chunk: np.ndarray) -> None:
         tail.append(held.pop())
     if held and int(held[-1]["start"][-1]) > first:
         last = held.pop()
-        cut = int(np.searchsorted(last["start"], first, side="right"))
+        cut = int(last["start"].searchsorted(first, side="right"))
         held.append(last[:cut])
         tail.append(last[cut:])
     tail.reverse()
     parts = [*tail, chunk]
     merged = np.concatenate([_raw(p) for p in parts]).view(chunk.dtype) if tail else chunk
-    order = np.argsort(merged["start"], kind="stable")
+    order = merged["start"].argsort(kind="stable")
     held.append(_raw(merged)[order].view(chunk.dtype))
 
 

@@ -171,7 +171,7 @@ def merge(streams: Iterable[Stream], max_batch: int = MAX_BATCH
         rest: list[tuple[RecordBatch, np.ndarray, np.ndarray]] = []
         for part, order, times in pool:
             cut = len(order) if horizon >= _DONE else int(
-                np.searchsorted(times, horizon, side="left"))
+                times.searchsorted(horizon, side="left"))
             if cut:
                 ready.append((part, order[:cut]))
             if cut < len(order):
@@ -268,7 +268,7 @@ def _gather_slices(parts: list[tuple[RecordBatch, np.ndarray]], watermark: int, 
         at += len(index)
     taken = [0] * len(parts)
     for _, hi, mark in _slices(times, watermark, size):
-        cuts = [int(np.searchsorted(where, hi)) for where in wheres]
+        cuts = [int(where.searchsorted(hi)) for where in wheres]
         yield _gather([(part, index[a:b]) for (part, index), a, b
                        in zip(parts, taken, cuts, strict=True) if b > a]), mark
         taken = cuts

@@ -83,7 +83,7 @@ class ActivityIntake:
         cuts: list[int] = []
         if phases is not None and len(phases):
             starts = np.ascontiguousarray(activity["start"])
-            cuts = np.searchsorted(starts, phases["start"], side="left").tolist()
+            cuts = starts.searchsorted(phases["start"], side="left").tolist()
         plan = plan_segments(n, cuts, chunk_rows if chunk_rows > 0 else max(n, 1))
         rows: list[tuple[int, int, int, int]] = []
         if cuts:
@@ -141,7 +141,7 @@ class ActivityIntake:
         device = batch["device"]
         ends = np.array([*bounds[1:], len(s)], np.int64)
         if not keep.all():
-            kept = np.concatenate(([0], np.cumsum(keep)))[[0, *ends.tolist()]].tolist()
+            kept = np.concatenate(([0], keep.cumsum()))[[0, *ends.tolist()]].tolist()
             s, e, device, cat, own = s[keep], e[keep], device[keep], cat[keep], own[keep]
         else:
             kept = [0, *ends.tolist()]

@@ -233,12 +233,12 @@ class RowStore:
             w = self.width + 1
             flat = np.frombuffer(self._packed, np.int64)
             keys = flat[::w]
-            i = int(np.searchsorted(keys, key))
+            i = int(keys.searchsorted(key))
             if i < len(keys) and int(keys[i]) == key:
                 return flat[i * w + 1:(i + 1) * w].copy()
         if key < self.base and self._keys is not None and self._file is not None:
             spilled = np.frombuffer(self._keys, np.int64)
-            i = int(np.searchsorted(spilled, key))
+            i = int(spilled.searchsorted(key))
             found = i < len(spilled) and int(spilled[i]) == key
             del spilled
             if found:

@@ -73,7 +73,7 @@ class DeviceSweep:
             if len(gdev):
                 groups[int(gdev[0])] = (0, len(gdev))
         else:
-            order = np.argsort(gdev, kind="stable")
+            order = gdev.argsort(kind="stable")
             gdev, s, e, cat = gdev[order], s[order], e[order], cat[order]
             bounds = np.flatnonzero(np.diff(gdev)) + 1
             groups = {int(gdev[a]): (a, b) for a, b in
@@ -153,7 +153,7 @@ class DeviceSweep:
 
         ``ind`` holds one row per measure: 1 where the segment counts for it."""
         cum = np.zeros((N_MEASURES, len(length) + 1), np.int64)
-        np.cumsum(ind * length, axis=1, out=cum[:, 1:])
+        (ind * length).cumsum(axis=1, out=cum[:, 1:])
         total = cum[:, -1]
         dev = self._devices[gid]
         self._dev_totals[gid, :N_MEASURES] += total
@@ -161,8 +161,8 @@ class DeviceSweep:
 
         def upto(q: np.ndarray) -> np.ndarray:
             """The measures over [lo, q) for each instant q, one row per q."""
-            q = np.clip(q, lo, hi)
-            j = np.clip(np.searchsorted(edges, q, "right") - 1, 0, len(length) - 1)
+            q = np.minimum(np.maximum(q, lo), hi)  # np.clip's value, without its wrappers
+            j = np.minimum(np.maximum(edges.searchsorted(q, "right") - 1, 0), len(length) - 1)
             out: np.ndarray = (cum[:, j] + ind[:, j] * (q - edges[j])).T
             return out
 

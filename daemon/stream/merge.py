@@ -33,6 +33,7 @@ from prvstream.sinks.paraver.records import (
     RecordBatch,
     key_objects,
     make_keys,
+    rows_of,
 )
 
 __all__ = [
@@ -223,7 +224,7 @@ def _gather(parts: list[tuple[RecordBatch, np.ndarray]], *, pure: bool = False
     if len(parts) == 1:
         part, index = parts[0]
         return part.take(index)
-    keys = np.concatenate([part.keys[index] for part, index in parts])
+    keys = np.concatenate([rows_of(part.keys, index) for part, index in parts])
     order = _sort_order(keys)
     place = np.empty(len(order), dtype=np.int64)
     place[order] = np.arange(len(order))
@@ -255,7 +256,7 @@ def _gather_slices(parts: list[tuple[RecordBatch, np.ndarray]], watermark: int, 
         for lo, hi, mark in _slices(part.keys[index, KEY_TIME], watermark, size):
             yield _gather([(part, index[lo:hi])]), mark
         return
-    keys = np.concatenate([part.keys[index] for part, index in parts])
+    keys = np.concatenate([rows_of(part.keys, index) for part, index in parts])
     order = _sort_order(keys)
     times = keys[order, KEY_TIME]
     place = np.empty(total, dtype=np.int64)

@@ -78,6 +78,13 @@ class PlanScan(Protocol):
     @property
     def schema(self) -> Schema: ...
 
+    @property
+    def values_wanted(self) -> bool:
+        """Whether the kind being planned is converted: a kind that is not still gives its
+        threads, streams and row counts (the trace's objects do not depend on ``--trace``),
+        but its distinct values are never labelled, so its plan may skip them."""
+        ...
+
     def col(self, table: str, col: str, default: str = "-1") -> str: ...
 
     def rows(self, sql: str) -> Iterator[tuple[object, ...]]: ...

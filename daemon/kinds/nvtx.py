@@ -157,8 +157,17 @@ def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.nd
 
 
 def _plan(scan: PlanScan, src: KindSource) -> None:
-    """Threads, text ids, inline texts (interned) and domains in one DISTINCT scan."""
+    """Threads, text ids, inline texts (interned) and domains in one DISTINCT scan; threads and
+    domains alone (read always: ``DOMAIN_GROUP``) when NVTX is not converted."""
     t = src.table
+    if not scan.values_wanted:
+        for g, dom in scan.rows(f"SELECT DISTINCT {scan.col(t, 'globalTid')}, "
+                                f"{scan.col(t, 'domainId', '0')} FROM {q(t)} "
+                                f"WHERE {src.where}"):
+            scan.thread(int(g))  # type: ignore[call-overload]
+            scan.see("nvtx_domain", int(dom))  # type: ignore[call-overload]
+        scan.count("nvtx", scan.count_rows(t, src.where))
+        return
     sql = (f"SELECT DISTINCT {scan.col(t, 'globalTid')}, {scan.col(t, 'textId')}, "
            f"{inline_text_sql(scan.schema, t)}, {scan.col(t, 'domainId', '0')} FROM {q(t)} "
            f"WHERE {src.where}")

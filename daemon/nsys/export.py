@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -330,11 +331,14 @@ class Export(ExportClock):
         return (lo or 0, hi if hi is not None else (lo or 0))
 
     # -- plan -------------------------------------------------------------------------------
-    def plan(self, held: HeldChunks | None = None) -> ExportPlan:
+    def plan(self, held: HeldChunks | None = None,
+             kinds: Iterable[str] | None = None) -> ExportPlan:
         """Streams, threads, counts and first appearances, one aggregate scan per table (or,
-        for the kinds in ``held``, from their rows read already)."""
+        for the kinds in ``held``, from their rows read already); the distinct values of the
+        converted ``kinds`` only (default: every kind). Made once: a later call gets the first
+        call's plan."""
         if self._plan is None:
-            self._plan = plan_export(self, held)
+            self._plan = plan_export(self, held, kinds)
         return self._plan
 
 

@@ -62,11 +62,14 @@ _FIELDS_KEPT = 512
 HeldChunks = Mapping[str, Sequence[np.ndarray]]
 
 
-def plan_export(export: Export, held: HeldChunks | None = None) -> ExportPlan:
+def plan_export(export: Export, held: HeldChunks | None = None,
+                kinds: Iterable[str] | None = None) -> ExportPlan:
     """Scan ``export`` once per kind table (``Export.plan`` caches the result). A kind in
     ``held`` takes its distinct values from those rows where its plan's SQL expressions are
-    the very ones its rows were read with (the same values, without a scan)."""
-    return _Planner(export, held or {}).run()
+    the very ones its rows were read with (the same values, without a scan). Every kind gives
+    its threads, streams and counts; only the converted ``kinds`` (default: all) their
+    values, which nothing reads of a kind that is not converted."""
+    return _Planner(export, held or {}, None if kinds is None else frozenset(kinds)).run()
 
 
 class _Planner:
@@ -74,9 +77,13 @@ class _Planner:
     distinct values and never sorts a table (a GROUP BY would sort every row). Implements the
     ``kinds.base.PlanScan`` primitives each kind's ``plan`` calls."""
 
-    def __init__(self, export: Export, held: HeldChunks) -> None:
+    def __init__(self, export: Export, held: HeldChunks,
+                 kinds: frozenset[str] | None = None) -> None:
         self.x = export
         self.held = held
+        self.kinds = kinds
+        #: whether the kind being planned is converted (its values are labelled)
+        self._values_wanted = True
         self.streams: set[tuple[int, int, int]] = set()
         #: (globalPid, deviceId, streamId) of synchronization rows, placed after the others
         self.sync_keys: set[tuple[int, int, int]] = set()
@@ -89,6 +96,10 @@ class _Planner:
     @property
     def schema(self) -> Export:
         return self.x
+
+    @property
+    def values_wanted(self) -> bool:
+        return self._values_wanted
 
     def col(self, table: str, col: str, default: str = "-1") -> str:
         return f"COALESCE({_q(col)}, {default})" if self.x.has(table, col) else default
@@ -154,7 +165,10 @@ class _Planner:
 
     def gpu(self, kind: str, table: str, values: list[tuple[str, str]], *,
             placed_later: bool = False) -> None:
-        """GPU activity table: stream keys, rows, and distinct values (plan key, SQL)."""
+        """GPU activity table: stream keys, rows, and distinct values (plan key, SQL) when the
+        kind is converted."""
+        if not self._values_wanted:
+            values = []
         keys = [self.col(table, "globalPid"), wrap_i4(self.col(table, "deviceId")),
                 wrap_i4(self.col(table, "streamId"))]
         found = self._held_fields(kind, table, "", [*keys, *(c for _, c in values)])
@@ -176,26 +190,30 @@ class _Planner:
             self._distinct(key_name, table, column)
 
     def cpu(self, kind: str, src: KindSource, value: str) -> None:
-        """CPU call table: threads, rows and the distinct values of ``value`` (SQL)."""
+        """CPU call table: threads, rows and the distinct values of ``value`` (SQL) when the
+        kind is converted."""
         t = src.table
         found = self._held_fields(kind, t, src.where, [self.col(t, "globalTid"), value])
         if found is not None:
             rows, (gtid, named) = found
             self.threads.update(distinct(rows[gtid]).tolist())
             self.count(kind, self.x.count_rows(t, src.where))
-            self._see_all(kind, rows[named])
+            if self._values_wanted:
+                self._see_all(kind, rows[named])
             return
         where = f" WHERE {src.where}" if src.where else ""
         for (g,) in self.x.rows(f"SELECT DISTINCT {self.col(t, 'globalTid')} FROM {_q(t)}"
                                 f"{where}"):
             self.thread(int(g))  # type: ignore[call-overload]
         self.count(kind, self.x.count_rows(t, src.where))
-        self._distinct(kind, t, value, where)
+        if self._values_wanted:
+            self._distinct(kind, t, value, where)
 
     # -- the plan ----------------------------------------------------------------------------
     def run(self) -> ExportPlan:
         for spec in KINDS.values():
             if spec.plan is not None:
+                self._values_wanted = self.kinds is None or spec.name in self.kinds
                 for src in spec.sources(self.x):
                     spec.plan(self, src)
         sync_devices = self._place_syncs()

@@ -181,7 +181,7 @@ def prepare(path: Path, wanted: list[str] | None = None,
                                  presort=presort)
         early = None if hold is None or source is not None else heldrows.read_early(
             export, kinds, hold_rows, chunk_rows, presort=presort)
-        plan = export.plan(early)
+        plan = export.plan(early, kinds)
         meta = export.meta
         try:
             ranks = export.mpi_ranks()

@@ -104,3 +104,37 @@ def test_small_reports_of_a_batch_take_one_connection_and_no_distinct_scan_of_wh
     assert sum(s.startswith("PRAGMA query_only") for s in text) == len(exports)
     scanned = {m.group(1) for s in text if (m := re.match(r'SELECT DISTINCT .*FROM "(\w+)"', s))}
     assert scanned == {"NVTX_EVENTS"}  # its inline texts are numbered by the plan's scan
+
+
+def test_kinds_not_converted_are_planned_for_their_objects_only(statements: list[str],
+                                                                 tmp_path: Path) -> None:
+    """``--trace`` without NVTX: the NVTX table is still scanned for its threads (and domains,
+    read always), since the trace's objects do not depend on the kinds asked for, but not for
+    its texts; the CPU tables not converted give no DISTINCT of their values."""
+    (export,) = write_job(tmp_path / "src", SynthSpec(ranks=1, steps=2))
+    settings = load_settings(None, {"log_level": "error", "reader": False,
+                                    "kinds": ["kernel", "memcpy"]}, environ={})
+    convert([str(export)], tmp_path / "out", settings)
+    text = [re.sub(r"\s+", " ", s).strip() for s in statements]
+    nvtx = [s for s in text if re.match(r'SELECT DISTINCT .*FROM "NVTX_EVENTS"', s)]
+    assert nvtx and all("textId" not in s and "text" not in s.split("FROM")[0] for s in nvtx)
+    assert not [s for s in text if re.match(r'SELECT DISTINCT .*"nameId".* FROM "(OSRT_API|'
+                                            r'CUPTI_ACTIVITY_KIND_RUNTIME)"', s)]
+
+
+def test_a_plan_for_some_kinds_has_every_kinds_objects(real_data_dir: Path) -> None:
+    """The same streams, threads, processes and counts whatever the kinds converted; the
+    values of the converted kinds (and the NVTX domains) only."""
+    from prvstream.daemon.nsys.export import open_export
+    from prvstream.daemon.nsys.plan import plan_export
+
+    path = real_data_dir / "nsys2026.2_torchrun2gpu_nccl_nvtx_h100.sqlite"
+    with open_export(path) as full_export, open_export(path) as some_export:
+        full = plan_export(full_export)
+        some = plan_export(some_export, kinds=["kernel", "memcpy", "runtime", "comm"])
+    assert (some.streams, some.threads, some.processes, some.counts, some.sync_devices) == (
+        full.streams, full.threads, full.processes, full.counts, full.sync_devices)
+    assert "nvtx" in full.values and "nvtx" not in some.values
+    assert some.values.get("nvtx_domain") == full.values.get("nvtx_domain")
+    for key in ("kernel", "runtime"):
+        assert some.values[key] == full.values[key]

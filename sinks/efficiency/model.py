@@ -29,7 +29,7 @@ from prvstream.sinks.efficiency.parts import (
     Sweep,
     grow,
 )
-from prvstream.sinks.efficiency.phases import PhaseInstances
+from prvstream.sinks.efficiency.phases import OccSpans, PhaseInstances, named_spans
 from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.sweep import DeviceSweep
@@ -102,7 +102,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: per process, a byte per instance id: 1 where it has that instance
         self._has: list[bytearray] = []
         #: per process, per phase name: its occurrences' start and end, in order (pairs)
-        self._occ_spans: dict[tuple[str, int], dict[str, array[int]]] = {}
+        self._occ_spans: dict[tuple[str, int], OccSpans] = {}
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
         self._span_index = SpanIndex()
         self._report: Report | None = None
@@ -215,7 +215,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         for p in procs:
             proc = rep.processes[p]
             spans = {n: self._span_index.get((proc, n), s)
-                     for n, s in self._occ_spans.get(proc, {}).items()}
+                     for n, s in named_spans(self._occ_spans.get(proc))}
             if spans:
                 mine = rows if len(procs) == 1 else rows.take(rows.process == p)
                 for name, agg in phase_rows(mine, rep.origin, spans):

@@ -22,6 +22,7 @@ from prvstream.sinks.efficiency.host import (
     threads,
 )
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
+from prvstream.sinks.efficiency.phases import named_spans
 from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
@@ -247,7 +248,7 @@ def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]
 def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
     for proc in sorted(m._occ_spans):
         yield ProcessState(host=proc[0], pid=proc[1],
-                           phases={n: s.tolist() for n, s in m._occ_spans[proc].items()})
+                           phases={n: s.tolist() for n, s in named_spans(m._occ_spans[proc])})
 
 
 def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 from array import array
+from collections.abc import Iterable
+from typing import TypeAlias
 
 import numpy as np
 
 from prvstream.sinks.efficiency.parts import Name, grow
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["PhaseInstances", "phase_label"]
+__all__ = ["OccSpans", "PhaseInstances", "named_spans", "phase_label", "spans_of"]
 
 log = get_logger(__name__)
 
@@ -19,6 +21,27 @@ log = get_logger(__name__)
 #: a trailing step number that makes every occurrence's name distinct (PyTorch's profiler
 #: marks steps ``ProfilerStep#0``, ``ProfilerStep#1``, ...)
 _NUMBERED = re.compile(r"#\d+$")
+
+
+#: a process's occurrence spans (flattened start, end pairs) by phase name: one (name, spans)
+#: pair while it has one name (most processes: no dict a process), a dict from its second
+OccSpans: TypeAlias = "tuple[str, array[int]] | dict[str, array[int]]"
+
+
+def spans_of(held: OccSpans | None, name: str) -> array[int] | None:
+    """A process's occurrence spans of ``name`` (None: none)."""
+    if held is None:
+        return None
+    if isinstance(held, tuple):
+        return held[1] if held[0] == name else None
+    return held.get(name)
+
+
+def named_spans(held: OccSpans | None) -> Iterable[tuple[str, array[int]]]:
+    """(phase name, occurrence spans) of a process, in the order its names came."""
+    if held is None:
+        return ()
+    return (held,) if isinstance(held, tuple) else held.items()
 
 
 def phase_label(name: str) -> str:
@@ -39,16 +62,23 @@ class PhaseInstances:
     _process_ids: dict[tuple[str, int], int]
     _processes: list[tuple[str, int]]
     _has: list[bytearray]
-    _occ_spans: dict[tuple[str, int], dict[str, array[int]]]
+    _occ_spans: dict[tuple[str, int], OccSpans]
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
-        named = self._occ_spans.get(proc)
-        if named is None:
-            named = self._occ_spans[proc] = {}
-        spans = named.get(name)
+        nid = self._name_ids.get(name)
+        if nid is not None:  # the name's one string, not the report's copy of it
+            name = self._names[nid].name
+        held = self._occ_spans.get(proc)
+        spans = spans_of(held, name)
         if spans is None:
-            spans = named[name] = array("q")
+            spans = array("q")
+            if held is None:
+                self._occ_spans[proc] = (name, spans)
+            elif isinstance(held, tuple):
+                self._occ_spans[proc] = {held[0]: held[1], name: spans}
+            else:
+                held[name] = spans
         occ = len(spans) // 2
         spans += array("q", (start, end))
         i = self._instance(name, occ, start, end)
@@ -74,7 +104,7 @@ class PhaseInstances:
         if not earlier or not any(earlier[j] <= start <= earlier[j + 1]
                                   for j in range(0, len(earlier), 2)):
             return None
-        spans = self._occ_spans.get(proc, {}).get(name)
+        spans = spans_of(self._occ_spans.get(proc), name)
         if not spans:
             return None
         flat = np.frombuffer(spans, dtype=np.int64)

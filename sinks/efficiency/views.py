@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import overload
 
@@ -24,6 +23,7 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     note_lines,
 )
+from prvstream.sinks.efficiency.phases import OccSpans, spans_of
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
@@ -65,7 +65,7 @@ class RecordViews:
     _i_occ: np.ndarray
     _i_start: np.ndarray
     _i_end: np.ndarray
-    _occ_spans: dict[tuple[str, int], dict[str, array[int]]]
+    _occ_spans: dict[tuple[str, int], OccSpans]
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
@@ -175,7 +175,7 @@ class RecordViews:
         as (occurrence, instance id), given the process's flattened occurrence spans."""
         for p in procs:
             proc = self._processes[p]
-            spans = self._occ_spans.get(proc, {}).get(name)
+            spans = spans_of(self._occ_spans.get(proc), name)
             if spans is None:
                 continue
             for occ, inst in pick(spans):

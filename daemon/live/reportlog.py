@@ -71,6 +71,12 @@ def identity_digest(identity: ReportIdentity) -> bytes:
     return hashlib.blake2b(_identity_encoder.encode(identity), digest_size=16).digest()
 
 
+def _fingerprint_key(fingerprint: str) -> bytes:
+    """16 bytes standing for a report's fingerprint in the in-memory index (not its 64-digit
+    text: a job of thousands of reports keeps one a report)."""
+    return hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
+
+
 class ReportLog(Sequence[ReportEntry]):
     """The entries of a job's reports in journal order: committed ones on disk, entries added
     since the last :meth:`write` in memory. Single writer (the job's journal)."""
@@ -86,7 +92,8 @@ class ReportLog(Sequence[ReportEntry]):
         #: the file ``name`` was written by :meth:`replace_all` and is not yet fsynced
         self._unsynced = False
         self._identities: set[bytes] = set()
-        self._fingerprints: dict[str, int] = {}
+        #: ``_fingerprint_key`` of each entry's fingerprint -> its index
+        self._fingerprints: dict[bytes, int] = {}
 
     # -- the sequence ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -127,7 +134,7 @@ class ReportLog(Sequence[ReportEntry]):
         return identity_digest(identity) in self._identities
 
     def with_fingerprint(self, fingerprint: str) -> ReportEntry | None:
-        index = self._fingerprints.get(fingerprint) if fingerprint else None
+        index = self._fingerprints.get(_fingerprint_key(fingerprint)) if fingerprint else None
         return None if index is None else self[index]
 
     # -- changes -----------------------------------------------------------------------------
@@ -238,7 +245,7 @@ class ReportLog(Sequence[ReportEntry]):
     def _index(self, entry: ReportEntry, index: int) -> None:
         self._identities.add(identity_digest(entry.identity))
         if entry.fingerprint:
-            self._fingerprints[entry.fingerprint] = index
+            self._fingerprints[_fingerprint_key(entry.fingerprint)] = index
 
     def _frames(self) -> Iterator[tuple[int, ReportEntry]]:
         """(offset, entry) of every written entry, streamed."""

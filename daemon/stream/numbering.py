@@ -167,10 +167,19 @@ class Numbering:
         name = clean_label(name)
         if key[0] != 0:  # CPU threads' tids and names differ from task to task
             key, name = self._share(tkey, name)
+        elif key[1] == entry.pid:  # the main thread: the task's pid, not one more int
+            key = (0, entry.pid, key[2])
         entry.thread_keys.append(key)
         entry.thread_names.append(name)
         index[tkey] = len(entry.thread_keys)
         return index[tkey]
+
+    def trim(self, task_id: int) -> None:
+        """Copy a task's thread lists without the spare room their appends left (kept as long
+        as the job: a job of thousands of small tasks holds them all)."""
+        entry = self.tasks[task_id - 1]
+        entry.thread_keys = entry.thread_keys[:]
+        entry.thread_names = entry.thread_names[:]
 
     def _share(self, key: ThreadKey, name: str) -> tuple[ThreadKey, str]:
         """The kept copies of an equal key and name (kept now while there is room)."""

@@ -161,16 +161,23 @@ class HostTotals:
 
     def process(self, host: str, pid: int, rank: int | None) -> HostProcess:
         """A new process of the job (its host name interned: a job's processes share few)."""
-        hp = self.processes[(host, pid)] = HostProcess(sys.intern(host), pid,
-                                                       len(self.processes), rank)
+        return self.process_at((sys.intern(host), pid), rank)
+
+    def process_at(self, key: tuple[str, int], rank: int | None) -> HostProcess:
+        """A new process of the job under ``key`` (host interned, pid): the model's own key
+        tuple of the process, not one more a process."""
+        hp = self.processes[key] = HostProcess(key[0], key[1], len(self.processes), rank)
         return hp
 
-    def begin(self, info: ReportInfo, origin: int) -> None:
+    def begin(self, info: ReportInfo, origin: int,
+              keys: Sequence[tuple[str, int]] | None = None) -> None:
+        """A report's processes (``keys``: the model's (host, pid) of each, to be kept)."""
         procs = []
-        for p in info.processes:
+        for i, p in enumerate(info.processes):
             hp = self.processes.get((p.host, p.pid))
             if hp is None:
-                hp = self.process(p.host, p.pid, p.rank)
+                hp = self.process(p.host, p.pid, p.rank) if keys is None else \
+                    self.process_at(keys[i], p.rank)
             elif p.rank is not None:
                 hp.rank = p.rank if hp.rank is None else min(hp.rank, p.rank)
             procs.append(hp)

@@ -166,7 +166,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
                               pids=np.array([processes[d.process][1]
                                              if 0 <= d.process < len(processes) else 0
                                              for d in info.devices], np.int64))
-        self._host.begin(info, origin)
+        self._host.begin(info, origin, processes)
 
     def _add_device(self, dev: Device) -> int:
         """Register a new device; return its id."""

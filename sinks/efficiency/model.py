@@ -100,7 +100,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._process_ids: dict[tuple[str, int], int] = {}
         self._processes: list[tuple[str, int]] = []
         #: per process, a byte per instance id: 1 where it has that instance
-        self._has: list[bytearray] = []
+        self._has: list[bytes | bytearray] = []
+        #: one copy of each short instance set, shared by the processes that have it
+        self._has_kept: dict[bytes, bytes] = {}
         #: per process, per phase name: its occurrences' start and end, in order (pairs)
         self._occ_spans: dict[tuple[str, int], OccSpans] = {}
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)

@@ -23,6 +23,11 @@ log = get_logger(__name__)
 _NUMBERED = re.compile(r"#\d+$")
 
 
+#: a process's instances are a shared ``bytes`` up to this many instance ids
+_SHORT_HAS = 64
+#: distinct such ``bytes`` kept to be shared, at most this many
+_HAS_KEPT = 4096
+
 #: a process's occurrence spans (flattened start, end pairs) by phase name: one (name, spans)
 #: pair while it has one name (most processes: no dict a process), a dict from its second
 OccSpans: TypeAlias = "tuple[str, array[int]] | dict[str, array[int]]"
@@ -61,7 +66,8 @@ class PhaseInstances:
     _name_ids: dict[str, int]
     _process_ids: dict[tuple[str, int], int]
     _processes: list[tuple[str, int]]
-    _has: list[bytearray]
+    _has: list[bytes | bytearray]
+    _has_kept: dict[bytes, bytes]
     _occ_spans: dict[tuple[str, int], OccSpans]
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
@@ -86,14 +92,31 @@ class PhaseInstances:
         if pid is None:
             pid = self._process_ids[proc] = len(self._processes)
             self._processes.append(proc)
-            self._has.append(bytearray())
+            self._has.append(b"")
         has = self._has[pid]
-        if len(has) <= i:  # a byte an instance id, doubling
-            has.extend(bytes(max(i + 1, 2 * len(has), 8) - len(has)))
-        if not has[i]:
-            has[i] = 1
+        if len(has) <= i or not has[i]:
+            self._has[pid] = self._with_instance(has, i)
             self._names[int(self._i_name[i])].processes.add(pid)
         return i
+
+    def _with_instance(self, has: bytes | bytearray, i: int) -> bytes | bytearray:
+        """``has`` with instance ``i`` set (a byte an instance id, doubling). Up to
+        ``_SHORT_HAS`` bytes it is a ``bytes`` kept once for every process with the same
+        instances (most processes of a job of small reports have the same few); longer, a
+        ``bytearray`` of its own, set in place."""
+        grown = has if isinstance(has, bytearray) else bytearray(has)
+        if len(grown) <= i:
+            grown.extend(bytes(max(i + 1, 2 * len(grown), 8) - len(grown)))
+        grown[i] = 1
+        if len(grown) > _SHORT_HAS:
+            return grown
+        frozen = bytes(grown)
+        kept = self._has_kept.get(frozen)
+        if kept is None:
+            kept = frozen
+            if len(self._has_kept) < _HAS_KEPT:
+                self._has_kept[frozen] = frozen
+        return kept
 
     def _held_occurrence(self, proc: tuple[str, int], name: str, start: int, end: int,
                          earlier: array[int] | None) -> int | None:

@@ -60,7 +60,7 @@ class RecordViews:
     _window_slots: dict[int, int]
     _names: list[Name]
     _processes: list[tuple[str, int]]
-    _has: list[bytearray]
+    _has: list[bytes | bytearray]
     _i_name: np.ndarray
     _i_occ: np.ndarray
     _i_start: np.ndarray

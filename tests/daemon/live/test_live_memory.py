@@ -19,15 +19,17 @@ from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 
 #: traced bytes a committed one-rank tiny report leaves in the daemon's code (numbering, `.row`
 #: labels, claims, last times, journal index ~2 KB; the efficiency model's device and process
-#: ~2.5 KB). Measured ~4.65 KB (5.1 KB with a RowStore a device view and host process, 7.2 KB
-#: before the model's state was packed); the target (< 2.1 KiB of peak a report, all in) is not
-#: met.
-RETAINED_PER_REPORT = 5632
+#: ~1.3 KB). Measured ~4.06 KB (4.45 KB before a process's phase spans were a pair and its
+#: instance set a shared bytes, 5.1 KB with a RowStore a device view and host process, 7.2 KB
+#: before the model's state was packed); the target (< 2.1 KiB of peak a report, all in) is
+#: not met.
+RETAINED_PER_REPORT = 4608
 #: of them, what the efficiency model's own code keeps (its device, host process, phase
 #: occurrences and lookups; numpy's allocations, the shared row tables' among them, are counted
-#: above only). Measured ~1.67 KB (2.4 KB with a RowStore a device view and host process, 4.7 KB
-#: when a host process and a device were a few dozen objects each)
-MODEL_PER_REPORT = 2048
+#: above only). Measured ~1.26 KB (1.38 KB with a dict of phase spans and a bytearray of
+#: instances a process, 2.4 KB with a RowStore a device view and host process, 4.7 KB when a
+#: host process and a device were a few dozen objects each)
+MODEL_PER_REPORT = 1536
 #: what a group commit holds at its peak a device of the job (its summary records, each of
 #: every device, made a slice of rows at a time: ~0.5 KB; as objects held together ~7 KB)
 COMMIT_PEAK_PER_DEVICE = 1536

@@ -85,7 +85,9 @@ class Numbering:
         self.nodes = self.state.nodes
         self.tasks = self.state.tasks
         self.values = self.state.values
-        self._task_index: dict[tuple[str, int], int] = {}
+        #: pid -> its task id, or the ids of its tasks on several hosts (no (host, pid) tuple
+        #: a task: a job of thousands of one-rank tasks holds a dict entry each)
+        self._task_index: dict[int, int | list[int]] = {}
         self._value_index: dict[str, dict[str, int]] = {}
         #: task id -> thread key -> thread id (built on first use per task; a cache of at
         #: most ``_THREAD_INDEXES`` tasks: a job of thousands of tasks keeps no dict each)
@@ -129,7 +131,9 @@ class Numbering:
 
     def reindex(self) -> None:
         """Rebuild lookup dictionaries (after decoding)."""
-        self._task_index = {(t.host, t.pid): i + 1 for i, t in enumerate(self.tasks)}
+        self._task_index = {}
+        for i, t in enumerate(self.tasks, 1):
+            self._index_task(t.pid, i)
         self._value_index = {
             group: {label: i + 1 for i, label in enumerate(labels)}
             for group, labels in self.values.items()
@@ -138,11 +142,11 @@ class Numbering:
     # -- objects ---------------------------------------------------------------------------
     def task(self, host: str, pid: int, name: str = "", rank: int | None = None) -> int:
         """Task id of (host, pid), added at the end if new."""
-        found = self._task_index.get((host, pid))
+        found = self._task_of(host, pid)
         if found is not None:
             return found
         host, name = sys.intern(clean_label(host)), clean_label(name)
-        found = self._task_index.get((host, pid))
+        found = self._task_of(host, pid)
         if found is not None:
             return found
         if host not in self.nodes:
@@ -150,10 +154,28 @@ class Numbering:
         label = f"{host}:{pid} {name}".strip() if rank is None else f"rank {rank} {host}:{pid}"
         self.tasks.append(TaskEntry(host=host, pid=pid, name=label, rank=rank))
         task_id = len(self.tasks)
-        self._task_index[(host, pid)] = task_id
+        self._index_task(pid, task_id)
         if task_id == MAX_PARAVER_OBJECTS + 1:
             log.warning("paraver_object_limit", tasks=task_id, limit=MAX_PARAVER_OBJECTS)
         return task_id
+
+    def _task_of(self, host: str, pid: int) -> int | None:
+        """The task id of (host, pid), None when it has none."""
+        held = self._task_index.get(pid)
+        if held is None:
+            return None
+        if isinstance(held, int):
+            return held if self.tasks[held - 1].host == host else None
+        return next((t for t in reversed(held) if self.tasks[t - 1].host == host), None)
+
+    def _index_task(self, pid: int, task_id: int) -> None:
+        held = self._task_index.get(pid)
+        if held is None:
+            self._task_index[pid] = task_id
+        elif isinstance(held, int):
+            self._task_index[pid] = [held, task_id]
+        else:
+            held.append(task_id)
 
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int:
         """Thread id of ``key`` within a task, added at the end if new."""
@@ -193,8 +215,7 @@ class Numbering:
 
     def find_thread(self, host: str, pid: int, key: ThreadKey) -> tuple[int, int] | None:
         """(task id, thread id) of a thread already numbered, else None (adds nothing)."""
-        task_id = self._task_index.get((host, pid)) or self._task_index.get(
-            (clean_label(host), pid))
+        task_id = self._task_of(host, pid) or self._task_of(clean_label(host), pid)
         if task_id is None:
             return None
         found = self._threads_of(task_id).get((key[0], key[1], key[2]))

@@ -79,3 +79,23 @@ def test_row_line_is_the_sanitized_row_label(task: int, thread: int, kind: int, 
     key = (kind, a, 0 if kind != 1 else a)
     assert pv.row_line(task, thread, key, host) == pv.sanitize_label(
         pv.row_label(task, thread, key, host))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c\t", "c "]), st.integers(1, 6)),
+                min_size=1, max_size=40))
+def test_tasks_are_found_by_host_and_pid_whatever_pids_they_share(
+        calls: list[tuple[str, int]]) -> None:
+    numbering, ids = Numbering(), dict[tuple[str, int], int]()
+    for host, pid in calls:  # the index is by pid; hosts that share one are told apart
+        new = (numbering_mod.clean_label(host), pid) not in ids
+        task = numbering.task(host, pid)
+        assert ids.setdefault((numbering_mod.clean_label(host), pid), task) == task
+        assert (numbering.find_thread(host, pid, cpu_key(pid)) is None) == new
+        numbering.thread(task, cpu_key(pid), "t")
+        assert numbering.find_thread(host, pid, cpu_key(pid)) == (task, 1)
+    assert [(t.host, t.pid) for t in numbering.tasks] == list(ids)
+    again = Numbering(msgspec.json.decode(msgspec.json.encode(numbering.state),
+                                          type=type(numbering.state)))
+    assert all(again.task(host, pid) == task for (host, pid), task in ids.items())
+    assert len(again.tasks) == len(ids)

@@ -104,7 +104,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: one copy of each short instance set, shared by the processes that have it
         self._has_kept: dict[bytes, bytes] = {}
         #: per process, per phase name: its occurrences' start and end, in order (pairs)
-        self._occ_spans: dict[tuple[str, int], OccSpans] = {}
+        self._occ_spans: list[OccSpans] = []
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
         self._span_index = SpanIndex()
         self._report: Report | None = None
@@ -217,7 +217,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         for p in procs:
             proc = rep.processes[p]
             spans = {n: self._span_index.get((proc, n), s)
-                     for n, s in named_spans(self._occ_spans.get(proc))}
+                     for n, s in named_spans(self._held_spans(proc))}
             if spans:
                 mine = rows if len(procs) == 1 else rows.take(rows.process == p)
                 for name, agg in phase_rows(mine, rep.origin, spans):

@@ -246,9 +246,9 @@ def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]
 
 
 def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
-    for proc in sorted(m._occ_spans):
+    for proc, p in sorted(m._process_ids.items()):
         yield ProcessState(host=proc[0], pid=proc[1],
-                           phases={n: s.tolist() for n, s in named_spans(m._occ_spans[proc])})
+                           phases={n: s.tolist() for n, s in named_spans(m._occ_spans[p])})
 
 
 def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
@@ -432,12 +432,12 @@ def absorb(m: EfficiencyModel, state: EfficiencyState, windows: Iterable[int],
         raise ValueError("cannot absorb an efficiency state of other settings")
     procs = {(p.host, p.pid) for p in state.processes} | {(h.host, h.pid) for h in state.hosts}
     shared = next((f"{h}:{p}" for h, p in procs
-                   if (h, p) in m._occ_spans or (h, p) in m._host.processes
+                   if (h, p) in m._process_ids or (h, p) in m._host.processes
                    or (h, p) in m._nvtx), None)
     shared = shared or next((f"{d.host} GPU {d.device}" for d in state.devices
                              if (d.host, d.device) in m._device_ids), None)
     shared = shared or next((f"{h}:{p} NVTX ranges" for h, p, _, _ in state.nvtx
-                             if (h, p) in m._nvtx or (h, p) in m._occ_spans), None)
+                             if (h, p) in m._nvtx or (h, p) in m._process_ids), None)
     if shared is not None:
         raise ValueError(f"cannot absorb a state sharing {shared} with the model")
     tables = merge_tables(m._tables.export(), state.tables)

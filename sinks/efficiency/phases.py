@@ -68,31 +68,39 @@ class PhaseInstances:
     _processes: list[tuple[str, int]]
     _has: list[bytes | bytearray]
     _has_kept: dict[bytes, bytes]
-    _occ_spans: dict[tuple[str, int], OccSpans]
+    #: by process id (``_process_ids``): its occurrence spans by phase name
+    _occ_spans: list[OccSpans]
+
+    def _held_spans(self, proc: tuple[str, int]) -> OccSpans | None:
+        """A process's occurrence spans by phase name (None: it has none)."""
+        pid = self._process_ids.get(proc)
+        return None if pid is None else self._occ_spans[pid]
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
         nid = self._name_ids.get(name)
         if nid is not None:  # the name's one string, not the report's copy of it
             name = self._names[nid].name
-        held = self._occ_spans.get(proc)
-        spans = spans_of(held, name)
-        if spans is None:
-            spans = array("q")
-            if held is None:
-                self._occ_spans[proc] = (name, spans)
-            elif isinstance(held, tuple):
-                self._occ_spans[proc] = {held[0]: held[1], name: spans}
-            else:
-                held[name] = spans
-        occ = len(spans) // 2
-        spans += array("q", (start, end))
-        i = self._instance(name, occ, start, end)
         pid = self._process_ids.get(proc)
         if pid is None:
+            spans = array("q")
             pid = self._process_ids[proc] = len(self._processes)
             self._processes.append(proc)
             self._has.append(b"")
+            self._occ_spans.append((name, spans))
+        else:
+            held = self._occ_spans[pid]
+            found = spans_of(held, name)
+            if found is None:
+                found = array("q")
+                if isinstance(held, tuple):
+                    self._occ_spans[pid] = {held[0]: held[1], name: found}
+                else:
+                    held[name] = found
+            spans = found
+        occ = len(spans) // 2
+        spans += array("q", (start, end))
+        i = self._instance(name, occ, start, end)
         has = self._has[pid]
         if len(has) <= i or not has[i]:
             self._has[pid] = self._with_instance(has, i)
@@ -127,7 +135,7 @@ class PhaseInstances:
         if not earlier or not any(earlier[j] <= start <= earlier[j + 1]
                                   for j in range(0, len(earlier), 2)):
             return None
-        spans = spans_of(self._occ_spans.get(proc), name)
+        spans = spans_of(self._held_spans(proc), name)
         if not spans:
             return None
         flat = np.frombuffer(spans, dtype=np.int64)

@@ -65,7 +65,7 @@ class RecordViews:
     _i_occ: np.ndarray
     _i_start: np.ndarray
     _i_end: np.ndarray
-    _occ_spans: dict[tuple[str, int], OccSpans]
+    _occ_spans: list[OccSpans]
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
@@ -175,7 +175,7 @@ class RecordViews:
         as (occurrence, instance id), given the process's flattened occurrence spans."""
         for p in procs:
             proc = self._processes[p]
-            spans = spans_of(self._occ_spans.get(proc), name)
+            spans = spans_of(self._occ_spans[p], name)
             if spans is None:
                 continue
             for occ, inst in pick(spans):

@@ -40,6 +40,18 @@ static inline int less_by(const int64_t *a, const int64_t *b, int cols) {
     return cols == 1 ? a[0] < b[0] : key_less(a, b);
 }
 
+/* the rows a sort compares: ``cols`` int64 columns a row */
+typedef struct {
+    const int64_t *keys;
+    int cols;
+} rows_t;
+
+/* the right run's row goes first only when strictly less: stable */
+#define ROW_LESS(ctx, right, left)                                                         \
+    less_by((ctx)->keys + (ctx)->cols * (right), (ctx)->keys + (ctx)->cols * (left), (ctx)->cols)
+/* merge_rows: the row indices' runs merged (native.h) */
+PRVSTREAM_MERGE_RUNS(merge_rows, int64_t, const rows_t *, ROW_LESS)
+
 /* Stable sort of the row indices 0..n-1 by the rows of ``cols`` int64 columns (1: one value
  * a row, 3: the full key): ascending runs found, then merged pairwise (left run first on
  * ties) between ``order`` and ``tmp`` until one run is left. */
@@ -52,29 +64,8 @@ static void merge_sort(const int64_t *keys, int cols, Py_ssize_t n, int64_t *ord
         if (less_by(keys + cols * i, keys + cols * (i - 1), cols)) bounds[runs++] = i;
     }
     bounds[runs] = n;
-    int64_t *src = order, *dst = tmp;
-    while (runs > 1) {
-        Py_ssize_t out = 0;
-        for (Py_ssize_t r = 0; r < runs; r += 2) {
-            Py_ssize_t lo = bounds[r], mid = bounds[r + 1];
-            Py_ssize_t hi = r + 2 <= runs ? bounds[r + 2] : mid;
-            Py_ssize_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) {
-                /* the right run's row goes first only when strictly less: stable */
-                if (less_by(keys + cols * src[j], keys + cols * src[i], cols)) dst[k++] = src[j++];
-                else dst[k++] = src[i++];
-            }
-            while (i < mid) dst[k++] = src[i++];
-            while (j < hi) dst[k++] = src[j++];
-            bounds[out++] = lo;
-        }
-        bounds[out] = n;
-        runs = out;
-        int64_t *swap = src;
-        src = dst;
-        dst = swap;
-    }
-    if (src != order) memcpy(order, src, (size_t)n * sizeof(int64_t));
+    const rows_t rows = {keys, cols};
+    merge_rows(order, n, tmp, bounds, runs, &rows);
 }
 
 static PyObject *sort_order(PyObject *self, PyObject *args) {

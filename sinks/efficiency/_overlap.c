@@ -101,29 +101,10 @@ static inline int64_t clip(int64_t v, int64_t lo, int64_t hi) {
     return up > hi ? hi : up;
 }
 
-/* a merge sort by time of runs already found (bounds: their starts, then n), through tmp */
-static void merge_runs(event_t *a, Py_ssize_t n, event_t *tmp, Py_ssize_t *bounds,
-                       Py_ssize_t runs) {
-    event_t *src = a, *dst = tmp;
-    while (runs > 1) {
-        Py_ssize_t kept = 0;
-        for (Py_ssize_t r = 0; r < runs; r += 2) {
-            const Py_ssize_t lo = bounds[r], mid = bounds[r + 1];
-            const Py_ssize_t hi = r + 2 <= runs ? bounds[r + 2] : mid;
-            Py_ssize_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) dst[k++] = src[j].t < src[i].t ? src[j++] : src[i++];
-            while (i < mid) dst[k++] = src[i++];
-            while (j < hi) dst[k++] = src[j++];
-            bounds[kept++] = lo;
-        }
-        bounds[kept] = n;
-        runs = kept;
-        event_t *swap = src;
-        src = dst;
-        dst = swap;
-    }
-    if (src != a) memcpy(a, src, (size_t)n * sizeof(event_t));
-}
+/* an event of the right run goes first when its time is strictly less */
+#define EARLIER(ctx, right, left) ((right).t < (left).t)
+/* merge_runs: a merge sort by time of runs already found (native.h) */
+PRVSTREAM_MERGE_RUNS(merge_runs, event_t, int, EARLIER)
 
 /* times (clipped to [lo, hi]: only which clipped time an event has counts) and categories
  * as events sorted by time, ties in any order (only the counts after every event of one
@@ -150,7 +131,7 @@ static void sorted_events(const int64_t *t, const int8_t *c, Py_ssize_t n, int64
             if (!i || out[i].t < out[i - 1].t) bounds[runs++] = i;
         }
         bounds[runs] = n;
-        merge_runs(out, n, tmp, bounds, runs);
+        merge_runs(out, n, tmp, bounds, runs, 0);
     }
 }
 

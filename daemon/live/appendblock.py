@@ -19,6 +19,7 @@ from prvstream.daemon.stream.pipeline import PreparedReport, report_context, rep
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.daemon.stream.trace import thread_spans, track_thread_last
+from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.writer import PrvWriter
 
@@ -53,9 +54,18 @@ def record_report(trace: LiveTrace, path: Path, wall_start: int, wall_end: int,
 
 
 def is_fresh(trace: LiveTrace) -> bool:
-    """Whether the next block starts a new ``.prv`` (none yet, or nothing committed): asked
-    before the file is opened, since opening it creates it."""
-    return not trace.prv.exists() or trace.journal.state.prv_length == 0
+    """Whether the next block starts a new ``.prv`` (nothing committed yet): asked before the
+    file is opened, since opening it creates it. A ``.prv`` gone while the journal has
+    committed bytes of it is an output fault (``OutputConflict``: the job degrades and its
+    retry's recovery rebuilds the trace from the committed blocks); writing on would put the
+    block past the end of a new file, behind a run of zero bytes."""
+    if trace.journal.state.prv_length == 0:
+        return True
+    if not trace.prv.exists():
+        raise OutputConflict(f"the live trace {trace.prv} is gone though the journal committed "
+                             f"{trace.journal.state.prv_length} bytes of it; it is rebuilt "
+                             "from the committed blocks when the job is retried")
+    return False
 
 
 def seek_block_start(trace: LiveTrace, fh: IO[bytes], fresh: bool) -> int:

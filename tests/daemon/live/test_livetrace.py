@@ -180,3 +180,22 @@ def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> Non
     _append(trace, job, sources[1])  # the job goes on
     trace.finalize()
     _same_as_convert(job, tmp_path, trace)
+
+
+def test_a_trace_deleted_between_appends_is_an_output_fault_never_a_hole(tmp_path: Path) -> None:
+    """A ``.prv`` removed while reports are committed: the next append refuses (an output
+    fault, so the job degrades) instead of writing its block past the end of a new file behind
+    a run of zero bytes; recovery rebuilds the trace and the report then lands."""
+    from prvstream.sinks.errors import OutputConflict
+
+    sources = write_job(tmp_path / "src", SynthSpec(ranks=2, steps=1))
+    job, trace = _job(tmp_path)
+    _append(trace, job, sources[0])
+    trace.prv.unlink()
+    with pytest.raises(OutputConflict, match="is gone"):
+        _append(trace, job, sources[1])
+    assert not trace.prv.exists() or b"\0" not in trace.prv.read_bytes()
+    trace.recover()
+    _append(trace, job, sources[1])
+    assert b"\0" not in trace.prv.read_bytes()
+    assert len(trace.journal.reports) == 2

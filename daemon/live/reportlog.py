@@ -15,6 +15,7 @@ from typing import IO, overload
 
 import msgspec
 
+from prvstream.daemon.live.digestindex import DigestIndex
 from prvstream.daemon.live.frames import FRAME, append_frames
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.stream.ranks import RankedTask
@@ -91,9 +92,10 @@ class ReportLog(Sequence[ReportEntry]):
         self._pending: list[ReportEntry] = []
         #: the file ``name`` was written by :meth:`replace_all` and is not yet fsynced
         self._unsynced = False
-        self._identities: set[bytes] = set()
+        #: ``identity_digest`` of each entry's identity -> its index
+        self._identities = DigestIndex()
         #: ``_fingerprint_key`` of each entry's fingerprint -> its index
-        self._fingerprints: dict[bytes, int] = {}
+        self._fingerprints = DigestIndex()
 
     # -- the sequence ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -205,8 +207,8 @@ class ReportLog(Sequence[ReportEntry]):
         self._offsets = array("q")
         self._pending = []
         self._unsynced = False
-        self._identities = set()
-        self._fingerprints = {}
+        self._identities = DigestIndex()
+        self._fingerprints = DigestIndex()
         if not name:
             if count:
                 raise self._corrupt(f"no entry file for {count} committed reports")
@@ -229,9 +231,8 @@ class ReportLog(Sequence[ReportEntry]):
         prefix of what is held, else loaded again."""
         if name == self.name and count <= len(self._offsets) and not self._unsynced and (
                 count == len(self._offsets) or self._offsets[count] == length):
-            for entry in [self[i] for i in range(count, len(self))]:
-                self._identities.discard(identity_digest(entry.identity))
-            self._fingerprints = {f: i for f, i in self._fingerprints.items() if i < count}
+            self._identities.drop_from(count)
+            self._fingerprints.drop_from(count)
             self._pending = []
             del self._offsets[count:]
             self.length = length
@@ -243,9 +244,9 @@ class ReportLog(Sequence[ReportEntry]):
         return self.folder / self.name
 
     def _index(self, entry: ReportEntry, index: int) -> None:
-        self._identities.add(identity_digest(entry.identity))
+        self._identities.add(identity_digest(entry.identity), index)
         if entry.fingerprint:
-            self._fingerprints[_fingerprint_key(entry.fingerprint)] = index
+            self._fingerprints.add(_fingerprint_key(entry.fingerprint), index)
 
     def _frames(self) -> Iterator[tuple[int, ReportEntry]]:
         """(offset, entry) of every written entry, streamed."""

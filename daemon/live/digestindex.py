@@ -1,0 +1,72 @@
+"""16-byte digests mapped to entry indexes, packed: a sorted array of digests and one of their
+indexes, with a small dict of recent ones, about 24 bytes an entry instead of a ``bytes``
+object and a set or dict slot each (issue 11: memory flat in the number of reports)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from prvstream.sinks.logger import get_logger
+
+__all__ = ["DigestIndex"]
+
+log = get_logger(__name__)
+
+#: recent digests kept in a dict before they are merged into the arrays
+_RECENT = 512
+#: bytes a digest (``np.dtype("S16")`` keeps them whole: every digest is 16 bytes)
+_SIZE = 16
+
+
+class DigestIndex:
+    """A mapping digest -> the last index it was added with, with ``drop_from``."""
+
+    __slots__ = ("_digests", "_indexes", "_recent")
+
+    def __init__(self) -> None:
+        self._digests = np.empty(0, f"S{_SIZE}")
+        self._indexes = np.empty(0, np.int64)
+        self._recent: dict[bytes, int] = {}
+
+    def add(self, digest: bytes, index: int) -> None:
+        """``digest`` now stands for ``index`` (a later add of it wins)."""
+        if len(digest) != _SIZE:
+            raise ValueError(f"a digest is {_SIZE} bytes, not {len(digest)}")
+        self._recent[digest] = index
+        if len(self._recent) >= _RECENT:
+            self._merge()
+
+    def get(self, digest: bytes) -> int | None:
+        found = self._recent.get(digest)
+        if found is not None or len(digest) != _SIZE:
+            return found
+        digests = self._digests
+        i = int(np.searchsorted(digests, digest))
+        if i < len(digests) and digests[i:i + 1].tobytes() == digest:
+            return int(self._indexes[i])
+        return None
+
+    def __contains__(self, digest: object) -> bool:
+        return isinstance(digest, bytes) and self.get(digest) is not None
+
+    def drop_from(self, count: int) -> None:
+        """Forget every digest added with an index of ``count`` or more."""
+        self._recent = {d: i for d, i in self._recent.items() if i < count}
+        keep = self._indexes < count
+        if not keep.all():
+            self._digests, self._indexes = self._digests[keep], self._indexes[keep]
+
+    def _merge(self) -> None:
+        recent = self._recent
+        if not recent:
+            return
+        digests = np.concatenate((np.array(list(recent), f"S{_SIZE}"), self._digests))
+        indexes = np.concatenate((np.fromiter(recent.values(), np.int64, len(recent)),
+                                  self._indexes))
+        # stable: a recent digest's index comes first among equal digests and wins
+        order = np.argsort(digests, kind="stable")
+        digests, indexes = digests[order], indexes[order]
+        first = np.ones(len(digests), bool)
+        first[1:] = digests[1:] != digests[:-1]
+        self._digests, self._indexes = digests[first], indexes[first]
+        self._recent = {}

@@ -35,8 +35,10 @@ class Published:
         self._tasks: list[str] = []
         self._header_tasks: list[str] = []
         self._header_kept: dict[str, str] = {}
-        #: each task's thread rows joined by newlines, and how many
-        self._threads: list[str] = []
+        #: every thread's .row line, newline-ended and encoded, in task then thread order (one
+        #: buffer: no string a task); where each task's lines end in it, and how many it has
+        self._rows = bytearray()
+        self._ends = array("q")
         self._counts = array("q")
         self._pcf_key: tuple[tuple[str, int], ...] | None = None
         self._pcf = b""
@@ -59,18 +61,25 @@ class Published:
             self._nodes.append(pv.sanitize_label(host))
         for entry in nb.tasks[len(self._tasks):]:
             self._tasks.append(pv.sanitize_once(entry.name))
-            self._threads.append("")
+            self._ends.append(len(self._rows))
             self._counts.append(0)
             self._header_tasks.append(self._shared(pv.header_task(0,
                                                                   self._node_ids[entry.host])))
+        ends = self._ends
+        shift = 0  # bytes inserted before the task at hand: its end moves by them
         for task_id, entry in enumerate(nb.tasks, 1):
+            if shift:
+                ends[task_id - 1] += shift
             count = self._counts[task_id - 1]
             if count == len(entry.thread_keys):
                 continue
-            names = [self._threads[task_id - 1]] if count else []
-            for thread, key in enumerate(entry.thread_keys[count:], count + 1):
-                names.append(pv.row_line(task_id, thread, key, entry.host))
-            self._threads[task_id - 1] = "\n".join(names)
+            lines = "".join(pv.row_line(task_id, thread, key, entry.host) + "\n"
+                            for thread, key in enumerate(entry.thread_keys[count:], count + 1)
+                            ).encode()
+            end = ends[task_id - 1]
+            self._rows[end:end] = lines  # behind the task's lines: an append but for old tasks
+            ends[task_id - 1] = end + len(lines)
+            shift += len(lines)
             self._counts[task_id - 1] = count = len(entry.thread_keys)
             self._header_tasks[task_id - 1] = self._shared(
                 pv.header_task(count, self._node_ids[entry.host]))
@@ -83,7 +92,7 @@ class Published:
 
     def row(self) -> bytes:
         self._catch_up()
-        return pv.row_from_blocks(self._nodes, self._tasks, self._threads, sum(self._counts))
+        return pv.row_from_lines(self._nodes, self._tasks, self._rows, sum(self._counts))
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

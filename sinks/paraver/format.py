@@ -340,6 +340,13 @@ def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                            sum(len(t) for t in threads))
 
 
+def row_from_lines(nodes: Sequence[str], tasks: Sequence[str], lines: bytes | bytearray,
+                   threads: int) -> bytes:
+    """``row_from_blocks`` with every thread's name already encoded and newline-ended, all in
+    one buffer in order (a live trace keeps them so between appends: no string a task)."""
+    return row_from_blocks(nodes, tasks, [], threads) + lines
+
+
 def row_from_blocks(nodes: Sequence[str], tasks: Sequence[str], thread_blocks: Sequence[str],
                     threads: int) -> bytes:
     """``row_from_parts`` with each task's thread names joined by newlines ("" for none),

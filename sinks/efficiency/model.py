@@ -23,6 +23,7 @@ from prvstream.sinks.efficiency.parts import (
     NOTE_NAMES,
     WIDTH,
     Device,
+    DeviceLogs,
     Name,
     Pending,
     Report,
@@ -73,6 +74,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: depend on it; memory is O(flush_rows + open intervals))
         self.flush_rows = max(int(flush_rows), 1)
         self._devices: list[Device] = []
+        #: each device's first report, report spans and stream records, by device id
+        self._dev_logs = DeviceLogs()
         #: each device's totals per window slot and per phase instance id, by device id
         self._dev_windows = SharedRows(WIDTH)
         self._dev_instances = SharedRows(WIDTH)
@@ -153,8 +156,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
             gid = self._device_ids.get(key)
             proc = processes[d.process] if 0 <= d.process < len(processes) else (d.host, 0)
             if gid is None:  # registered by _add_device (one key tuple a device)
-                gid = self._add_device(Device(sys.intern(d.host), d.device, d.rank, proc[1],
-                                              proc, key_first))
+                gid = self._add_device(sys.intern(d.host), d.device, d.rank, proc, key_first)
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, Sweep] = {}
@@ -170,9 +172,11 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
                                              for d in info.devices], np.int64))
         self._host.begin(info, origin, processes)
 
-    def _add_device(self, dev: Device) -> int:
-        """Register a new device; return its id."""
-        gid = len(self._devices)
+    def _add_device(self, host: str, device: int, rank: int | None, process: tuple[str, int],
+                    first: tuple[int, str]) -> int:
+        """Register a new device of ``process`` whose first report is ``first``; its id."""
+        gid = self._dev_logs.add(first)
+        dev = Device(host, device, rank, process[1], process, gid, self._dev_logs)
         self._dev_totals = grow(self._dev_totals, gid + 1, first=16)
         key = (dev.host, dev.device)
         self._device_ids[key] = gid
@@ -247,9 +251,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._host.end()
         close_streams(self._devices, self._nvtx, rep)
         start, end = rep.first, rep.last
-        for gid in rep.sweeps:  # a copy without array's spare capacity (kept for the job)
-            dev = self._devices[gid]
-            dev.span_log = dev.span_log + array("q", (start, end))
+        for gid in rep.sweeps:
+            self._devices[gid].add_span(start, end)
         self._span = (start, end) if self._span is None else (
             min(self._span[0], start), max(self._span[1], end))
         self._reports += 1

@@ -21,7 +21,7 @@ from prvstream.sinks.efficiency.host import (
     restore_process,
     threads,
 )
-from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH, Device
+from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH
 from prvstream.sinks.efficiency.phases import named_spans
 from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
@@ -368,11 +368,12 @@ def _load(m: EfficiencyModel, state: EfficiencyState) -> array[int]:
                 touched.append(m._occurrence(proc, name, flat[j], flat[j + 1]))
     for ds in state.devices:
         proc = (ds.proc_host, ds.pid)
-        dev = Device(ds.host, ds.device, ds.rank, ds.pid, proc, (ds.first[0], ds.first[1]),
-                     array("q", [x for s in ds.spans for x in (s[0], s[1])]))
+        gid = m._add_device(ds.host, ds.device, ds.rank, proc, (ds.first[0], ds.first[1]))
+        dev = m._devices[gid]
+        for sp in ds.spans:
+            dev.add_span(sp[0], sp[1])
         for rec in ds.streams:
-            dev.streams.extend(rec)
-        gid = m._add_device(dev)
+            dev.add_streams(rec)
         m._dev_totals[gid] = np.asarray(ds.totals or [0] * WIDTH, np.int64)
         keys, values = _arrays(ds.windows)
         if len(keys):

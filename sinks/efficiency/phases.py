@@ -101,10 +101,11 @@ class PhaseInstances:
         occ = len(spans) // 2
         spans += array("q", (start, end))
         i = self._instance(name, occ, start, end)
+        if not occ:  # the process's first occurrence of the name
+            self._names[int(self._i_name[i])].processes.append(pid)
         has = self._has[pid]
         if len(has) <= i or not has[i]:
             self._has[pid] = self._with_instance(has, i)
-            self._names[int(self._i_name[i])].processes.add(pid)
         return i
 
     def _with_instance(self, has: bytes | bytearray, i: int) -> bytes | bytearray:

@@ -174,9 +174,7 @@ def close_streams(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report) -> No
     """The report's start spans join its devices' and processes' (after every row of it was
     taken)."""
     for (gid, pid, st), (lo, hi) in rep.streams.items():
-        devices[gid].streams.extend((pid, st, lo, hi))
-    for gid in {gid for gid, _, _ in rep.streams}:  # kept as long as the job: copies
-        devices[gid].streams = array("q", devices[gid].streams)  # without spare capacity
+        devices[gid].add_streams((pid, st, lo, hi))
     for key, (lo, hi) in rep.nvtx.items():
         held = nvtx.get(key)
         nvtx[key] = array("q", (lo, hi)) if held is None else held + array("q", (lo, hi))

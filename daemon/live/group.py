@@ -14,22 +14,33 @@ from pathlib import Path
 from prvstream.daemon.live.blockstore import ReportMeta
 from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.live.livetrace import LiveTrace
-from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
+from prvstream.daemon.live.outcomes import (
+    AppendInterrupted,
+    AppendResult,
+    MemberFailed,
+    _OrderBroken,
+)
 from prvstream.daemon.stream.pipeline import objects_of, ranked_tasks
 from prvstream.daemon.stream.spool import ReportSpool
+from prvstream.sinks.errors import StateDirUnusable
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["GROUP_MAX_REPORTS", "GROUP_MAX_SECONDS", "append_group"]
+__all__ = ["GROUP_MAX_REPORTS", "GROUP_MAX_SECONDS", "MemberFailed", "append_group"]
 
 log = get_logger(__name__)
 
-#: a group stops taking reports at this many, or once this many seconds went into it (what a
-#: kill -9 can cost, and how late the first of them shows in the trace) or, when more, this
-#: many times what the last group's commit took: the commit (the efficiency model's update
-#: and checkpoint grow with the devices in the job) stays a small share of a report's cost
-GROUP_MAX_REPORTS = 256
+#: a group stops taking reports once this many seconds went into it (what a kill -9 can cost,
+#: and how late the first of them shows in the trace) or, when more, this many times what the
+#: last group's commit took: the commit (the efficiency model's update and checkpoint, which
+#: grow with the devices in the job) stays a small share of a report's cost however many
+#: devices the job has
 GROUP_MAX_SECONDS = 2.0
 GROUP_COMMIT_FACTOR = 5.0
+#: and at this many reports, the bound on what one commit lists (its journal entries and block
+#: metas). It is rarely what ends a group: at 256, the cap before, a job of 10,000 tiny
+#: reports ended every group by count, and each report's share of the commit grew with the
+#: devices (13 -> 30 ms a report from the first to the 10,000th)
+GROUP_MAX_REPORTS = 4096
 
 
 class _Unfit(Exception):
@@ -42,8 +53,11 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
     their results (the rest are left for the next call).
 
     Any failure rolls back every report of the group exactly as crash recovery would
-    (nothing of it is committed) and is raised: the caller then appends them one by one,
-    each with its own reason. A report that needs a rewrite ends the group before it.
+    (nothing of it is committed) and is raised. A report's own failure is raised as
+    ``MemberFailed`` (the cause chained; ``StateDirUnusable`` as itself): the reports before
+    it can go again as a group and it alone. Any other (the commit's) leaves the caller to
+    append them one by one, each with its own reason. A report that needs a rewrite ends the
+    group before it.
     """
     if len(items) == 1:
         return [trace.append(*items[0])]
@@ -67,6 +81,10 @@ def append_group(trace: LiveTrace, items: Sequence[tuple[Path, ReportIdentity]],
                     break
                 trace.model.release_updates()
                 return [trace.append(path, identity)]  # nothing of the group was written
+            except (StateDirUnusable, AppendInterrupted):
+                raise
+            except Exception as exc:
+                raise MemberFailed(len(results), path.name) from exc
             results.append(AppendResult(report=path.name, records=records, rows=rows,
                                         compacted=False, seconds=time.perf_counter() - t0,
                                         prv_length=state.prv_length))

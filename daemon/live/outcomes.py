@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prvstream.sinks.errors import PrvstreamError
 
-__all__ = ["AppendInterrupted", "AppendResult", "DuplicateReport", "_OrderBroken"]
+__all__ = ["AppendInterrupted", "AppendResult", "DuplicateReport", "MemberFailed", "_OrderBroken"]
 
 
 @dataclass
@@ -28,6 +28,17 @@ class DuplicateReport(PrvstreamError):
     def __init__(self, message: str, *, of: str) -> None:
         super().__init__(message)
         self.of = of
+
+
+class MemberFailed(Exception):
+    """A report of a group commit failed (its cause is ``__cause__``); the group was rolled
+    back. The reports before it (``at`` of them) appended without fault: they can go again as
+    a group, and the failed one alone, to meet its own fate."""
+
+    def __init__(self, at: int, report: str) -> None:
+        super().__init__(f"report {at} of the group ({report}) failed")
+        self.at = at
+        self.report = report
 
 
 class AppendInterrupted(Exception):

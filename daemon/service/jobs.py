@@ -20,7 +20,7 @@ import anyio
 import anyio.abc
 
 from prvstream.daemon.config import Settings
-from prvstream.daemon.live.group import GROUP_MAX_REPORTS, append_group
+from prvstream.daemon.live.group import GROUP_MAX_REPORTS, MemberFailed, append_group
 from prvstream.daemon.live.inputs import (
     InputChanged,
     InputRefused,
@@ -114,7 +114,8 @@ class Job:
     #: with ``--dask``: plans and converts backlog reports on the cluster ahead of the writer
     remote: RemoteAppender | None = None
     flow: JobFlow = field(default_factory=JobFlow)
-    #: backlog items to append one by one (a group commit of them failed)
+    #: backlog items to append one by one after the head (a group commit of them failed, or
+    #: they come up to a report that failed in a group)
     _alone: int = 0
     _wake: anyio.Event = field(default_factory=anyio.Event)
     _logged: str = ""
@@ -376,12 +377,23 @@ class Job:
         if len(fresh) < 2:
             return 0
 
+        failed: list[Append] = []
+
         def work() -> list[AppendResult]:
-            results = append_group(trace, [(i.path, i.ready.identity) for i in fresh])
+            batch = [(i.path, i.ready.identity) for i in fresh]
+            try:
+                results = append_group(trace, batch)
+            except MemberFailed as exc:  # the ones before it again together, then it alone
+                cause = exc.__cause__
+                log.info("group_member_failed", job=str(self.job_dir), report=exc.report,
+                         at=exc.at, error=str(cause), kind=type(cause).__name__)
+                failed.append(fresh[exc.at])
+                results = append_group(trace, batch[:exc.at]) if exc.at >= 2 else []
             for item, result in zip(fresh, results, strict=False):
                 self.flow.landed(item.path, result.records)
-            self._write_status(landed=len(results))
-            log.info("job_flow", job=str(self.job_dir), **self.flow.snapshot())
+            if results:
+                self._write_status(landed=len(results))
+                log.info("job_flow", job=str(self.job_dir), **self.flow.snapshot())
             return results
 
         try:
@@ -408,6 +420,8 @@ class Job:
                 landed.discard(id(item))
             else:
                 self.flow.gone(item.path)  # skipped: already in, or set aside
+        if failed:  # what is left before the failed report, and it, one by one
+            self._alone = items.index(failed[0]) + 1 - taken - (0 if taken else 1)
         return taken
 
     def _duplicate(self, item: Append, exc: DuplicateReport) -> None:

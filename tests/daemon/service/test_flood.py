@@ -1,11 +1,14 @@
 """A flood of files dropped at once into a watched job (a real daemon process): every report
 is committed once, a broken file is set aside once, one removed while waiting is dropped
 quietly, and no more readiness checkers or tasks run than the bound however many files wait.
+A file that fails only when appended (SQLite, but no export) costs the reports around it
+their group commit no more than once: they are not all appended one by one.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,16 @@ from tests.daemon.daemon_proc import DaemonProcess, job_status, load_journal, wa
 CHECKERS = 3
 #: tasks besides the checkers: signals, watchdog, finalizer, the pool, discovery, the writer
 OTHER_TASKS = 16
+
+
+def _foreign(path: Path) -> Path:
+    """A SQLite database that is no Nsight Systems export: it passes the readiness checks and
+    fails when appended."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE samples (t INTEGER)")
+        conn.execute("INSERT INTO samples VALUES (1)")
+    conn.close()
+    return path
 
 
 def _tiny_exports(directory: Path, n: int) -> list[Path]:
@@ -35,26 +48,35 @@ def test_flood_is_bounded_and_exactly_once(tmp_path: Path, n: int) -> None:
     with DaemonProcess([job.parent], tmp_path / "state", tmp_path / "logs", settle=0.5,
                        extra=["--config", str(config)]) as daemon:
         daemon.start()
-        for src in sources:  # all at once: each is complete the moment it appears
+        for i, src in enumerate(sources):  # all at once: each is complete when it appears
             os.link(src, job / src.name)
+            if i == n // 4:
+                _foreign(tmp_path / "foreign.sqlite").rename(job / "foreign.sqlite")
         (job / "broken.sqlite").write_bytes(b"not a database" * 100)
         (job / "gone.sqlite").write_bytes(sources[0].read_bytes())
         (job / "gone.sqlite").unlink()  # removed while it waits (or before it was seen)
         wait_for(lambda: job_status(job).get("reports", 0) >= n
-                 and len(job_status(job).get("quarantined", [])) >= 1,
+                 and len(job_status(job).get("quarantined", [])) >= 2,
                  120 + n / 10, f"{n} reports committed", daemon)
         drained = daemon.wait_event("readiness_drained", timeout=30)
         assert daemon.terminate(timeout=10) == 0
     status = job_status(job)
     assert status["reports"] == n
-    assert [q["path"] for q in status["quarantined"]] == [str(job / "broken.sqlite")]
+    assert sorted(q["path"] for q in status["quarantined"]) == [
+        str(job / "broken.sqlite"), str(job / "foreign.sqlite")]
     assert status["duplicates"] == []
     assert status["checking"] == 0 and status["pending"] == 0
     journal = load_journal(tmp_path / "state", job)
     assert journal is not None and len(journal.reports) == n
     appended = daemon.named("report_appended")
     assert len(appended) == n == len({e["report"] for e in appended})
-    assert [e["path"] for e in daemon.named("report_quarantined")] == [str(job / "broken.sqlite")]
+    assert sorted(e["path"] for e in daemon.named("report_quarantined")) == [
+        str(job / "broken.sqlite"), str(job / "foreign.sqlite")]
+    # the foreign file failed in a group at most once, and the reports before it went again
+    # as a group: never the whole group one by one, each with a commit of its own
+    failed = daemon.named("group_member_failed")
+    assert [e["report"] for e in failed] in ([], ["foreign.sqlite"])
+    assert not daemon.named("group_commit_failed_appending_one_by_one")
     # the queue really held the flood, and never more than the bound looked at it
     assert max(e["peak_pending"] for e in drained) >= n // 2
     assert max(e["peak_busy"] for e in drained) <= CHECKERS

@@ -50,9 +50,13 @@ class DigestIndex:
         return isinstance(digest, bytes) and self.get(digest) is not None
 
     def drop_from(self, count: int) -> None:
-        """Forget every digest added with an index of ``count`` or more."""
+        """Forget every digest added with an index of ``count`` or more (a digest added
+        again is forgotten with its last add: the add replaced its older index)."""
+        dropped = [d for d, i in self._recent.items() if i >= count]
         self._recent = {d: i for d, i in self._recent.items() if i < count}
         keep = self._indexes < count
+        if dropped and len(self._digests):
+            keep &= ~np.isin(self._digests, np.array(dropped, f"S{_SIZE}"))
         if not keep.all():
             self._digests, self._indexes = self._digests[keep], self._indexes[keep]
 

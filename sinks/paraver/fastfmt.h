@@ -23,41 +23,69 @@ typedef struct {
     Py_ssize_t total;       /* sum of literal lengths */
 } template_t;
 
-static char *put_int(char *out, int64_t v) {
-    char tmp[24];
-    int n = 0;
-    uint64_t u;
+/* "00" "01" ... "99": two digits a step (half the divisions of one digit a step) */
+static const char DIGIT_PAIRS[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* decimal digits of u (1 for 0) */
+static inline int u64_digits(uint64_t u) {
+    int n = 1;
+    if (u >= 10000000000000000ull) {
+        n += 16;
+        u /= 10000000000000000ull;
+    }
+    if (u >= 100000000u) {
+        n += 8;
+        u /= 100000000u;
+    }
+    if (u >= 10000u) {
+        n += 4;
+        u /= 10000u;
+    }
+    if (u >= 100u) {
+        n += 2;
+        u /= 100u;
+    }
+    return u >= 10u ? n + 1 : n;
+}
+
+/* |v| as unsigned (INT64_MIN included) and its sign written at out */
+static inline uint64_t put_sign(char **out, int64_t v) {
     if (v < 0) {
-        *out++ = '-';
-        u = (uint64_t)(-(v + 1)) + 1u;
+        *(*out)++ = '-';
+        return (uint64_t)(-(v + 1)) + 1u;
+    }
+    return (uint64_t)v;
+}
+
+static inline char *put_int(char *out, int64_t v) {
+    uint64_t u = put_sign(&out, v);
+    if (u < 10u) {  /* most fields of a record: a state, a small id */
+        *out++ = (char)('0' + u);
+        return out;
+    }
+    int n = u64_digits(u);
+    char *p = out + n;
+    while (u >= 100u) {
+        unsigned pair = (unsigned)(u % 100u);
+        u /= 100u;
+        p -= 2;
+        memcpy(p, DIGIT_PAIRS + 2 * pair, 2);
+    }
+    if (u >= 10u) {
+        memcpy(p - 2, DIGIT_PAIRS + 2 * u, 2);
     } else {
-        u = (uint64_t)v;
+        p[-1] = (char)('0' + u);
     }
-    do {
-        tmp[n++] = (char)('0' + (u % 10u));
-        u /= 10u;
-    } while (u);
-    while (n) {
-        *out++ = tmp[--n];
-    }
-    return out;
+    return out + n;
 }
 
 static Py_ssize_t int_len(int64_t v) {
     /* characters put_int writes for v */
-    Py_ssize_t n = 1;
-    uint64_t u;
-    if (v < 0) {
-        n++;
-        u = (uint64_t)(-(v + 1)) + 1u;
-    } else {
-        u = (uint64_t)v;
-    }
-    while (u >= 10u) {
-        u /= 10u;
-        n++;
-    }
-    return n;
+    if (v < 0) return 1 + u64_digits((uint64_t)(-(v + 1)) + 1u);
+    return u64_digits((uint64_t)v);
 }
 
 static void free_templates(template_t *t, Py_ssize_t count) {
@@ -162,10 +190,17 @@ static void close_batch(batch_t *b) {
 
 /* one record's line at out; returns its end */
 static char *put_record(char *out, const template_t *t, const int64_t *row) {
-    for (Py_ssize_t j = 0; j < t->nlit; j++) {
-        memcpy(out, t->lit[j], (size_t)t->len[j]);
-        out += t->len[j];
-        if (j + 1 < t->nlit) out = put_int(out, row[j]);
+    Py_ssize_t last = t->nlit - 1;
+    for (Py_ssize_t j = 0; j <= last; j++) {
+        Py_ssize_t len = t->len[j];
+        const char *lit = t->lit[j];
+        if (len == 1) {  /* the ':' between fields: a byte, not a call to memcpy */
+            *out++ = *lit;
+        } else {
+            memcpy(out, lit, (size_t)len);
+            out += len;
+        }
+        if (j < last) out = put_int(out, row[j]);
     }
     return out;
 }

@@ -61,3 +61,18 @@ def test_a_failed_write_raises_oserror(tmp_path: Path) -> None:
                 write_records(fd, fields, tmpl, pure=pure)
     finally:
         os.close(fd)
+
+
+def test_every_digit_count_formats_as_python_does() -> None:
+    """The C formatter writes two digits a step after counting them: every length from 1 to 19
+    digits (each power of ten and the number before it), both signs, and the int64 ends give
+    the bytes of the Python formatter."""
+    edges = [v for k in range(19) for v in (10**k - 1, 10**k, 10**k + 1)]
+    values = sorted({*edges, *(-v for v in edges), 2**63 - 1, -(2**63), -(2**63) + 1})
+    fields = np.array(values, dtype=np.int64).reshape(-1, 1)
+    fields = np.pad(fields, ((0, -len(values) % 2), (0, 0))).reshape(-1, 2)
+    tmpl = np.full(len(fields), template("7:%d::%d"), dtype=np.int16)
+    expected = format_records(fields, tmpl, pure=True)
+    assert expected.decode().split("\n")[0].startswith("7:")
+    if fastfmt.FORMATTER.compiled():
+        assert format_records(fields, tmpl) == expected

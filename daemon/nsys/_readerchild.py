@@ -15,7 +15,8 @@ Requests arrive on stdin, one JSON object per line:
   ``"presort": {"scan": SQL, "table": T, "start": C, "where": W, "max_window": M}`` it first
   bounds the table's disorder (``storage_order``, loaded by path) and runs the storage-order
   ``scan`` instead when the reorder window is at most M rows, and answers at once with one
-  frame of status 3 whose payload is the window (``<q``; 0: the ordered ``sql`` runs);
+  frame of status 3 whose payload is the window (``<q``; 0: the ordered ``sql`` runs); a
+  ``"window": W`` in ``presort`` is the table's window, read by the parent, not read again;
   ``"inline": true`` (NVTX): each row's last value is an inline text or NULL, which the
   parent numbers (its canonical ids); every chunk is then answered with status 4;
 - ``{"op": "next", "id": N, "rows": R}`` asks for the next chunk of at most R rows;
@@ -89,12 +90,16 @@ def _send(out: BinaryIO, stream_id: int, status: int,
 
 
 def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
-    """The reorder window of a rowid-order scan, or 0 when SQLite is to sort."""
-    try:
-        window = int(storage_order.reorder_window(con, presort["table"], presort["start"],
-                                                  presort["where"]))
-    except sqlite3.Error:
-        return 0  # the ordered query reports the error
+    """The reorder window of a rowid-order scan (the parent's when it sent one: it read the
+    table's bounds already), or 0 when SQLite is to sort."""
+    if "window" in presort:
+        window = int(presort["window"])
+    else:
+        try:
+            window = int(storage_order.reorder_window(con, presort["table"], presort["start"],
+                                                      presort["where"]))
+        except sqlite3.Error:
+            return 0  # the ordered query reports the error
     return window if 0 < window <= int(presort["max_window"]) else 0
 
 

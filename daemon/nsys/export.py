@@ -88,6 +88,8 @@ class Export(ExportClock):
         #: (table, where) -> rows, and (rows, first, last) where the time range was scanned
         self._counts: dict[tuple[str, str], int] = {}
         self._facts: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
+        #: (table, start, where) -> the reorder window its block bounds gave (``window_of``)
+        self._windows: dict[tuple[str, str, str], int] = {}
         #: ``scan_facts_behind``'s thread, its sources, bounds and answer, until settled
         self._facts_job: tuple[threading.Thread, list[KindSource], tuple[int, int],
                                list[tuple[object, ...] | None]] | None = None
@@ -250,6 +252,15 @@ class Export(ExportClock):
         """Rows of ``table`` (matching ``where``) if counted already (planning counts every
         data table), else None: never a query."""
         return self._counts.get((table, where))
+
+    def note_window(self, table: str, start: str, where: str, window: int) -> None:
+        """Keep the reorder window of ``table`` (quoted), by ``start`` (quoted) where ``where``
+        holds, as its block bounds gave it (``storage_order.reorder_window``'s answer)."""
+        self._windows[(table, start, where)] = window
+
+    def known_window(self, table: str, start: str, where: str = "") -> int | None:
+        """The reorder window ``note_window`` kept, else None: never a query."""
+        return self._windows.get((table, start, where))
 
     def count_rows(self, table: str, where: str = "") -> int:
         """Rows of ``table`` (matching ``where``), counted once per export."""

@@ -162,14 +162,19 @@ def _release(held: list[list[np.ndarray]], below: int | None, dtype: np.dtype,
 
 def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np.dtype,
            chunk_rows: int, open_part: Callable[[str, np.dtype], Iterator[np.ndarray]],
-           max_window: int) -> Iterator[np.ndarray] | None:
+           max_window: int, found: Callable[[int], None] | None = None
+           ) -> Iterator[np.ndarray] | None:
     """The merged parts (``merge``) when the driving table (a quoted identifier) is at most
     ``max_window`` rows out of start order, else None (the ordered SELECT is to run).
-    ``open_part(sql, dtype)`` starts a part's chunks."""
+    ``open_part(sql, dtype)`` starts a part's chunks; ``found(window)`` is told the driving
+    table's reorder window by ``"start"`` (``storage_order.reorder_window``'s), read with
+    its floors, before any part starts."""
     try:
         floor, window = floors(con, driver, '"start"')
     except sqlite3.DatabaseError:
         return None  # the ordered query reports the damage
+    if found is not None:
+        found(window)
     if not 0 < window <= max_window:
         return None
     wide = scan_dtype(dtype)

@@ -194,13 +194,16 @@ class ReaderLease:
 
     def stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
                what: str, scan: tuple[str, str, str, str] | None = None,
-               inline: InlineTexts | None = None) -> Iterator[np.ndarray]:
+               inline: InlineTexts | None = None, *, window: int | None = None
+               ) -> Iterator[np.ndarray]:
         """``dtype`` chunks of the ordered ``sql``, like ``tables.stream``.
 
         The query starts at once in the child. ``what`` names the data in error messages.
         ``scan`` (``tables.scan_plan``): read in storage order with a reorder buffer when the
-        table's disorder allows it. ``inline`` (field, numbering): each row's last value is an
-        inline text or NULL; a row with one gets ``numbering(texts)``'s id in that field.
+        table's disorder allows it; ``window``: the table's reorder window when known already
+        (``Export.known_window``: the child does not read its bounds). ``inline`` (field,
+        numbering): each row's last value is an inline text or NULL; a row with one gets
+        ``numbering(texts)``'s id in that field.
         """
         p = self._process
         sid = p.new_id()
@@ -209,8 +212,11 @@ class ReaderLease:
                                       "itemsize": dtype.itemsize, "offsets": list(offsets),
                                       "sizes": list(sizes)}
         if scan is not None:
-            request["presort"] = {"scan": scan[0], "table": scan[1], "start": scan[2],
-                                  "where": scan[3], "max_window": presort.MAX_WINDOW}
+            bounds: dict[str, object] = {"scan": scan[0], "table": scan[1], "start": scan[2],
+                                         "where": scan[3], "max_window": presort.MAX_WINDOW}
+            if window is not None:
+                bounds["window"] = window
+            request["presort"] = bounds
         if inline is not None:
             request["inline"] = True
         p.send(request)

@@ -78,9 +78,12 @@ class ReaderSource:
             joined = None if sql is None or not presort else tables.join_stream(
                 export, kind, chunk_rows, part)
             inline = (spec.inline_text, _numbering(export)) if spec.inline_text else None
+            scan = tables.scan_plan(export, kind) if presort else None
+            # a table whose bounds a join read already (its driving table): not read again
+            window = None if scan is None else export.known_window(*scan[1:])
             self._started[kind] = iter(()) if sql is None else joined or lease.stream(
-                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
-                tables.scan_plan(export, kind) if presort else None, inline)
+                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,
+                window=window)
 
     @property
     def kinds(self) -> list[str]:

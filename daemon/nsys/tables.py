@@ -140,7 +140,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
         known = export.known_rows(_statements(export, kind)[2], plan[3])
         try:  # a table planned to fit in one chunk is held whole: no bounds to read
             window = chunk_rows if known is not None and 0 < known <= chunk_rows else \
-                reorder_window(export.connection, plan[1], plan[2], plan[3])
+                _reorder_window(export, plan[1], plan[2], plan[3])
         except sqlite3.DatabaseError:
             window = 0  # the ordered query reports the damage
         if 0 < window <= reorder_buffer.MAX_WINDOW:
@@ -171,8 +171,17 @@ def join_stream(export: Export, kind: str, chunk_rows: int,
     known = export.known_rows(found[0], "")
     if known is not None and known <= chunk_rows:
         return None  # planned to fit in a chunk: SQLite sorts it in memory, no bounds read
-    return joinscan.stream(export.connection, quote_identifier(found[0]), found[1], spec.dtype,
-                           chunk_rows, open_part, reorder_buffer.MAX_WINDOW)
+    driver = quote_identifier(found[0])
+    return joinscan.stream(export.connection, driver, found[1], spec.dtype, chunk_rows,
+                           open_part, reorder_buffer.MAX_WINDOW,
+                           lambda window: export.note_window(driver, '"start"', "", window))
+
+
+def _reorder_window(export: Export, table: str, start: str, where: str) -> int:
+    """The table's reorder window: kept from a join's floors of the same table (read once),
+    else read now."""
+    known = export.known_window(table, start, where)
+    return reorder_window(export.connection, table, start, where) if known is None else known
 
 
 def chunks(export: Export, sql: str, what: str, chunk_rows: int,

@@ -224,3 +224,39 @@ def test_a_prefetched_report_closed_unread_frees_the_reader(job: list[Path]) -> 
     again = reader.lease(job[1])
     assert again is not None
     again.release()
+
+
+def test_the_join_driver_s_bounds_are_read_once(job: list[Path],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comm join reads the API table's block bounds (its floors) in this process; the API
+    table's own stream then sends their window with it, which the child takes instead of
+    reading the same bounds again: the same window, the same chunks as in-process."""
+    from prvstream.daemon.nsys.storage_order import reorder_window
+
+    sent: list[dict[str, object]] = []
+    send = reader.ReaderProcess.send
+
+    def keep(self: reader.ReaderProcess, request: dict[str, object]) -> None:
+        sent.append(request)
+        send(self, request)
+
+    monkeypatch.setattr(reader.ReaderProcess, "send", keep)
+    path, chunk = job[0], 16
+    with open_export(path) as export:
+        kinds = ["comm", "runtime"]
+        source = sources.open_source(export, kinds, chunk)
+        assert isinstance(source, sources.ReaderSource)
+        try:
+            got = {kind: np.concatenate(list(source.chunks(kind))) for kind in kinds}
+        finally:
+            source.close()
+        scan = tables.scan_plan(export, "runtime")
+        assert scan is not None
+        window = export.known_window(*scan[1:])
+        assert window == reorder_window(export.connection, *scan[1:]) > 0
+        presorts = [p for r in sent if r.get("op") == "open"
+                    and isinstance(p := r.get("presort"), dict)]
+        assert [p.get("window") for p in presorts if p["table"] == scan[1]] == [window]
+        for kind in kinds:
+            expected = np.concatenate(list(tables.stream(export, kind, chunk)))
+            assert got[kind].tobytes() == expected.tobytes(), kind

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.claims import Claim, host_claims
-from prvstream.daemon.stream.merge import Stream, read_run, reduce_streams, write_run
+from prvstream.daemon.stream.merge import Stream, merge, read_run, reduce_streams, write_run
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
@@ -183,11 +183,33 @@ class BatchHelper:
         while self._runs is None and self._inbox.poll():
             self._take(self._receive())
 
+    def run_count(self, fan_in: int) -> int:
+        """How many runs the helper hands over (``handed_runs``)."""
+        return handed_runs(len(self.remote), fan_in)
+
     def streams(self, fan_in: int) -> list[tuple[Stream, int]]:
         """The runs of the helper's reports' records (each read once the helper has
         converted them all), with about how many reports each holds."""
-        count = handed_runs(len(self.remote), fan_in)
+        count = self.run_count(fan_in)
         return [(self._stream(i), -(-len(self.remote) // count)) for i in range(count)]
+
+    def merge(self, runs: list[Path], prv: Path, fd: int, at: int) -> None:
+        """Once the helper has converted its reports: ask it to merge its runs with ``runs``
+        (this process's, read and removed by it) and write the records into the file at
+        ``prv`` (the one open here as ``fd``: the helper checks it opened that very file)
+        from byte ``at`` on (``merged`` waits for it)."""
+        while self._runs is None:
+            self._take(self._receive())
+        st = os.fstat(fd)
+        self._outbox.send(("merge", [str(run) for run in runs], str(prv),
+                           (st.st_dev, st.st_ino), at))
+
+    def merged(self) -> tuple[int, int]:
+        """(records, end time) of the helper's final merge (``merge``)."""
+        msg = self._receive()
+        if msg[0] != "merged":
+            raise HelperDiverged(f"the helper sent {msg[0]!r} instead of its merge")
+        return int(msg[1]), int(msg[2])
 
     def _stream(self, index: int) -> Stream:
         while self._runs is None:
@@ -318,6 +340,33 @@ def _helper_main(inbox: _Channel, outbox: _Channel, paths: list[Path], settings:
         group, windows = group_state(model)
         handed = xfer.append([pickle.dumps((encode_partial(group), windows), protocol=5)])
     outbox.send(("done", runs, rows, kind_records, ids.grown_since(mark), handed))
+    msg = inbox.recv()
+    if msg[0] == "merge":  # the final merge: ours and the converter's runs into the trace
+        _, theirs, prv, file_id, at = msg
+        outbox.send(("merged", *_final_merge([*runs, *theirs], Path(prv), file_id, at)))
+
+
+def _final_merge(runs: list[str], prv: Path, file_id: tuple[int, int], at: int
+                 ) -> tuple[int, int]:
+    """Merge the run files (each removed once read) and write their records into the file at
+    ``prv`` from byte ``at`` on, unless ``prv`` is no longer the file (device, inode)
+    ``file_id`` the converter holds open; (records, end time)."""
+    from prvstream.sinks.paraver.writer import PrvWriter
+
+    fd = os.open(prv, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # never created here
+    with os.fdopen(fd, "wb") as fh:  # an open descriptor: not truncated
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != file_id:
+            raise RuntimeError(f"{prv} was replaced while the trace was written")
+        fh.seek(at)
+        writer = PrvWriter(fh, behind=True)  # text formatted and written by a thread
+        try:
+            for batch, _ in merge([read_run(Path(run)) for run in runs]):
+                writer.write(batch)
+            writer.flush()
+        finally:
+            writer.close()
+    return writer.records, writer.end_time
 
 
 def handed_runs(reports: int, fan_in: int) -> int:

@@ -6,12 +6,13 @@ conversion, scale-out and the live trace's rewrites (compaction, finalize) share
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 import numpy as np
@@ -27,6 +28,8 @@ from prvstream.daemon.stream.merge import (
     Stream,
     key_objects,
     merge_bounded,
+    reduce_streams,
+    write_run,
 )
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.pipeline import (
@@ -173,7 +176,8 @@ def write_trace(
     ``sync_dir=False``: the caller fsyncs their directory, with its own files renamed there).
     ``meanwhile`` is called once every record is written, while the three files are fsynced
     (the caller's summary records: a large trace's fsync is I/O it would wait for), before
-    they are renamed; not called when the conversion fails first.
+    they are renamed; not called when the conversion fails first. With a helper it is called
+    once every report is converted, while the helper makes the final merge.
 
     By default ids are canonical and the origin is the earliest report start, so ``reports``
     may come in any order; a live job passes its own ``numbering`` (appended to, never
@@ -183,7 +187,10 @@ def write_trace(
     fan-in.
 
     ``helper`` (canonical numbering only) converts the reports it planned
-    (``helper.remote``) in its own process; its records join the merge as a few runs.
+    (``helper.remote``) in its own process; its records join the merge as a few runs. In a
+    batch convert (no ``thread_last``, ``on_batch`` or repeated records) the helper also makes
+    the final merge, of its runs and this process's, and writes the records, while this
+    process runs ``meanwhile``.
     """
     started = time.perf_counter()
     remote = [] if helper is None else helper.remote
@@ -229,7 +236,12 @@ def write_trace(
 
     streams = [lazy(i, rep) for i, rep in enumerate(ordered) if isinstance(rep, PreparedReport)]
     weights = None
-    if helper is not None and remote:  # its runs, merged last
+    # the helper, idle once its own reports are converted, makes the final merge and writes
+    # the records while this process builds the summary (``meanwhile``): a batch convert's
+    # last step on both cores instead of one
+    handover = (helper is not None and bool(remote) and not repeating and thread_last is None
+                and on_batch is None)
+    if helper is not None and remote and not handover:  # its runs, merged last
         weights = [1] * len(streams)
         for stream, weight in helper.streams(settings.fan_in):
             streams.append(stream)
@@ -246,35 +258,31 @@ def write_trace(
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(placeholder(capacity))
-            writer = PrvWriter(fh, behind=True)  # text formatted and written by a thread
-            # one report's stream is already merged; several are merged with bounded fan-in
-            merged = streams[0] if len(streams) == 1 else merge_bounded(
-                streams, settings.fan_in, weights=weights)
             repeats = Repeats()
-            if repeating:  # overlapping capture ranges of one process hold records twice
-                merged = drop_repeats(merged, repeats)
-            try:
-                for batch, _ in merged:
-                    if not len(batch):
-                        continue
-                    writer.write(batch)
-                    if thread_last is not None:
-                        track_thread_last(batch.keys, thread_last)
-                    if on_batch is not None:
-                        on_batch(batch)
-                    if progress is not None:
-                        progress(sum(n for k, n in result.rows.items()
-                                     if not registry.get(k).derived), planned_rows)
-                # the header is written last: objects registered while streaming are included
-                writer.finish(pv.header_line(ids.layout(), writer.end_time, origin, capacity),
-                              sync=False)  # synced below, with the .pcf and .row
-            finally:
-                writer.close()  # the thread stops before the file closes
+            if handover:
+                assert helper is not None
+                records, end_time = _merged_by_helper(helper, streams, settings.fan_in, fh,
+                                                      tmp, capacity, ids, mark, meanwhile)
+                meanwhile = None  # it ran while the helper merged
+            else:
+                records, end_time = _write_records(
+                    fh, streams, weights, settings.fan_in, repeats if repeating else None,
+                    thread_last, on_batch,
+                    None if progress is None else lambda: progress(
+                        sum(n for k, n in result.rows.items() if not registry.get(k).derived),
+                        planned_rows))
+            # the header is written last: objects registered while streaming are included
+            fh.seek(0)
+            fh.write(pv.header_line(ids.layout(), end_time, origin, capacity))
+            fh.flush()  # synced below, with the .pcf and .row
             if helper is not None:
                 result.rows.update(helper.rows)
                 result.kind_records.update(helper.kind_records)
                 if mark is not None and ids.grown_since(mark):  # ids grew: not the helper's
                     raise HelperDiverged("a report registered ids the numbering lacked")
+            if handover and progress is not None:
+                progress(sum(n for k, n in result.rows.items()
+                             if not registry.get(k).derived), planned_rows)
             pcf_bytes, row_bytes = trace_metadata(ids)
             # the three files fsynced at once (one journal commit), renamed .pcf, .row, .prv
             atomic_write_all([(pcf, pcf_bytes), (row, row_bytes)], also=[fh.fileno()],
@@ -285,7 +293,6 @@ def write_trace(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    records, end_time = writer.records, writer.end_time
     result.records = records
     result.repeated = repeats.dropped
     result.end_time = end_time
@@ -295,6 +302,60 @@ def write_trace(
     result.seconds = time.perf_counter() - started
     result.outputs = [str(prv), str(pcf), str(row)]
     return result
+
+
+def _write_records(fh: BinaryIO, streams: list[Stream], weights: list[int] | None,
+                   fan_in: int, repeats: Repeats | None,
+                   thread_last: dict[tuple[int, int], int] | None,
+                   on_batch: Callable[[RecordBatch], None] | None,
+                   progress: Callable[[], None] | None) -> tuple[int, int]:
+    """Merge ``streams`` (bounded fan-in) and write their records after the placeholder;
+    (records, end time)."""
+    writer = PrvWriter(fh, behind=True)  # text formatted and written by a thread
+    # one report's stream is already merged; several are merged with bounded fan-in
+    merged = streams[0] if len(streams) == 1 else merge_bounded(streams, fan_in,
+                                                                weights=weights)
+    if repeats is not None:  # overlapping capture ranges of one process hold records twice
+        merged = drop_repeats(merged, repeats)
+    try:
+        for batch, _ in merged:
+            if not len(batch):
+                continue
+            writer.write(batch)
+            if thread_last is not None:
+                track_thread_last(batch.keys, thread_last)
+            if on_batch is not None:
+                on_batch(batch)
+            if progress is not None:
+                progress()
+        writer.flush()
+    finally:
+        writer.close()  # the thread stops before the file closes
+    return writer.records, writer.end_time
+
+
+def _merged_by_helper(helper: BatchHelper, streams: list[Stream], fan_in: int,
+                      fh: BinaryIO, prv: Path, capacity: int, ids: Numbering,
+                      mark: tuple[int, int, dict[str, int]] | None,
+                      meanwhile: Callable[[], None] | None) -> tuple[int, int]:
+    """Our reports merged into run files, then the helper's final merge of its runs and
+    ours written into ``fh`` after the placeholder (by the helper, through the file's path),
+    while ``meanwhile`` runs here; (records, end time)."""
+    scratch = Path(tempfile.mkdtemp(prefix="prvstream-merge-"))
+    try:
+        keep = max(1, fan_in - helper.run_count(fan_in))
+        runs = [path if path is not None else write_run(stream, scratch)
+                for stream, _, path in reduce_streams(streams, fan_in, keep, scratch)]
+        # every report of ours has streamed: no id may have been added since the plans
+        if mark is not None and ids.grown_since(mark):
+            raise HelperDiverged("a report registered ids the numbering lacked")
+        fh.flush()
+        helper.merge(runs, prv, fh.fileno(), capacity)
+        if meanwhile is not None:
+            meanwhile()
+        return helper.merged()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def thread_spans(keys: np.ndarray) -> list[tuple[tuple[int, int], int, int]]:

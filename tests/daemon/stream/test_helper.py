@@ -105,6 +105,8 @@ def test_the_real_exports_with_generated_ones_give_one_process_bytes_with_a_help
 
 def test_a_helper_that_fails_or_diverges_leaves_the_batch_to_one_process(
         tmp_path: Path, mixed: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper dies before its plans or in the final merge, or ids grow: the batch is
+    converted again in one process, with its bytes."""
     alone, _ = _convert(mixed, tmp_path / "alone" / "out", helped=False)
 
     def broken(*args: Any) -> None:
@@ -113,6 +115,11 @@ def test_a_helper_that_fails_or_diverges_leaves_the_batch_to_one_process(
     with monkeypatch.context() as mp:  # the helper dies before its plans
         mp.setattr(helper, "_helper_main", broken)
         failed, attempts = _convert(mixed, tmp_path / "failed" / "out", helped=True)
+    assert attempts == [True, False]
+    assert failed == alone
+    with monkeypatch.context() as mp:  # it dies in the final merge (its runs and ours)
+        mp.setattr(helper, "_final_merge", broken)
+        failed, attempts = _convert(mixed, tmp_path / "merge" / "out", helped=True)
     assert attempts == [True, False]
     assert failed == alone
     # ids grew while converting (the helper's or the converter's): the model, fed part of

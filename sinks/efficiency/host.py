@@ -24,6 +24,7 @@ from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_me
 from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
+from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import encoded
@@ -56,6 +57,8 @@ _SUMS = 2 * HOST_WIDTH
 SPAN, MPI_SPAN = -1, -2
 #: ``HostProcess.log`` lengths searched in Python (a process of a few reports and threads)
 _SMALL = _SUMS + 3 * 32
+#: a new process's sums
+_ZERO_SUMS = (0,) * _SUMS
 
 
 Spans = list[tuple[int, int]]
@@ -66,22 +69,28 @@ HostParts = tuple[HostMetrics, Callable[[], Iterator[HostRow]]]
 class HostProcess(msgspec.Struct, gc=False):
     """One host process of the job: its captured spans and its call time as a process (union
     over its threads) and summed over its host threads (each its own union); its time per
-    window is in ``HostTotals.windows`` under ``id``. One array holds what grows with its
-    reports, so a process of a small report is a few hundred bytes."""
+    window is in ``HostTotals.windows`` under ``id``. What grows with its reports is its list
+    of ``HostTotals.logs`` (``log``), so a process of a small report is one small struct."""
 
     host: str
     pid: int
     #: its number in the model (the order first met)
     id: int
+    #: the model's logs of every process (``HostTotals.logs``): its own is the list ``id``
+    logs: Ragged
     rank: int | None = None
-    #: ns in the CUDA runtime and in MPI (``HOST_WIDTH``) as a process, then summed over its
-    #: threads; then (tag, start, end) records in the order added: the wall-clock spans of its
-    #: reports that have calls of it (tag ``SPAN``; only those count), of those with MPI calls
-    #: (``MPI_SPAN``: MPI metrics are computed where any process has such a span), and of each
-    #: span a host thread is captured over (tag: its OS tid; the reports that give it states)
-    log: array[int] = msgspec.field(default_factory=lambda: array("q", bytes(8 * _SUMS)))
     #: (its rows by phase instance id: time inside its own occurrence, then the same summed
     #: over its threads, are rows of ``HostTotals.instances`` under ``id``)
+
+    @property
+    def log(self) -> array[int]:
+        """ns in the CUDA runtime and in MPI (``HOST_WIDTH``) as a process, then summed over
+        its threads; then (tag, start, end) records in the order added: the wall-clock spans
+        of its reports that have calls of it (tag ``SPAN``; only those count), of those with
+        MPI calls (``MPI_SPAN``: MPI metrics are computed where any process has such a span),
+        and of each span a host thread is captured over (tag: its OS tid; the reports that
+        give it states). A copy."""
+        return self.logs.get(self.id)
 
     @property
     def spans(self) -> Spans:
@@ -113,7 +122,11 @@ class HostProcess(msgspec.Struct, gc=False):
 
     def add_span(self, tag: int, span: tuple[int, int]) -> None:
         """Record a span of the process (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
-        self.log.extend((tag, *span))
+        self.logs.extend(self.id, (tag, *span))
+
+    def add_time(self, col: int, ns: int) -> None:
+        """Add ``ns`` to column ``col`` of its sums (the log's first ``_SUMS`` values)."""
+        self.logs.add_at(self.id, col, ns)
 
 
 class _Open(msgspec.Struct):
@@ -153,6 +166,8 @@ class HostTotals:
     def __init__(self, window_ns: int) -> None:
         self.window_ns = window_ns
         self.processes: dict[tuple[str, int], HostProcess] = {}
+        #: every process's log (``HostProcess.log``), by process id
+        self.logs = Ragged()
         #: every process's time per window (its row, then its threads')
         self.windows = HostWindows(_SUMS)
         #: every process's rows by phase instance id (its own, then its threads')
@@ -166,7 +181,9 @@ class HostTotals:
     def process_at(self, key: tuple[str, int], rank: int | None) -> HostProcess:
         """A new process of the job under ``key`` (host interned, pid): the model's own key
         tuple of the process, not one more a process."""
-        hp = self.processes[key] = HostProcess(key[0], key[1], len(self.processes), rank)
+        hp = self.processes[key] = HostProcess(key[0], key[1], self.logs.add_owner(),
+                                               self.logs, rank)
+        self.logs.extend(hp.id, _ZERO_SUMS)
         return hp
 
     def begin(self, info: ReportInfo, origin: int,
@@ -252,7 +269,7 @@ class HostTotals:
             lo, hi = outside(lo[keep], hi[keep], thread_spans(hp, tid))
             col = HOST_WIDTH + kind
         if len(lo):
-            hp.log[col] += int((hi - lo).sum())
+            hp.add_time(col, int((hi - lo).sum()))
             self._attribute(hp.id, col, lo, hi)
             _phases(self.instances, hp, col, rep.phases.get(proc), lo, hi)
 
@@ -286,8 +303,6 @@ class HostTotals:
             for i, hp in enumerate(rep.procs):
                 for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
                     hp.add_span(tid, span)
-        for hp in rep.procs:  # kept as long as the job: without array's spare capacity
-            hp.log = array("q", hp.log)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostParts | None:
@@ -428,8 +443,8 @@ def restore_process(totals: HostTotals, host: str, pid: int, rank: int | None,
     """A process of ``totals`` from its exported state (``partial.HostState``; its windows
     and phase rows added after)."""
     hp = totals.process(host, pid, rank)
-    hp.log[:_SUMS] = array("q", [*(sums or [0] * HOST_WIDTH),
-                                 *(thread_sums or [0] * HOST_WIDTH)])
+    totals.logs.set_at(hp.id, 0, [*(sums or [0] * HOST_WIDTH),
+                                  *(thread_sums or [0] * HOST_WIDTH)])
     for tag, recs in ((SPAN, spans), (MPI_SPAN, mpi_spans)):
         for s in recs:
             hp.add_span(tag, (s[0], s[1]))

@@ -23,6 +23,7 @@ from prvstream.sinks.efficiency.host import (
 )
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH
 from prvstream.sinks.efficiency.phases import named_spans
+from prvstream.sinks.efficiency.repeats import load_nvtx, nvtx_pairs
 from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
@@ -195,7 +196,8 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
 
 
 def _nvtx_state(m: EfficiencyModel) -> list[tuple[str, int, int, int]]:
-    return sorted((h, p, sp[j], sp[j + 1]) for (h, p), sp in m._nvtx.items()
+    return sorted((h, p, sp[j], sp[j + 1]) for (h, p), sp in
+                  ((k, nvtx_pairs(b)) for k, b in m._nvtx.items())
                   for j in range(0, len(sp), 2))
 
 
@@ -343,8 +345,7 @@ def restore(state: EfficiencyState, *, flush_rows: int = 65536, recent: int = DE
     m._reports = state.reports
     m._tables = Tables(state.tables)
     m._phase_tables = {n: Tables(t) for n, t in state.phase_tables.items()}
-    for host, pid, a, b in state.nvtx:
-        m._nvtx.setdefault((host, pid), array("q")).extend((a, b))
+    load_nvtx(m._nvtx, state.nvtx)
     m._notes = {k: (v[0], list(v[1])) for k, v in state.notes.items()}
     m._last_key = None if state.last is None else (state.last[0], state.last[1])
     m._last_report = state.last[1] if state.last is not None else ""
@@ -456,8 +457,7 @@ def absorb(m: EfficiencyModel, state: EfficiencyState, windows: Iterable[int],
     m._reports += state.reports
     m._tables = Tables(tables)
     m._phase_tables = {n: Tables(t) for n, t in phase_tables.items()}
-    for host, pid, a, b in state.nvtx:
-        m._nvtx.setdefault((host, pid), array("q")).extend((a, b))
+    load_nvtx(m._nvtx, state.nvtx)
     m._notes = _merge_notes(m._notes, state.notes)
     lasts = [x for x in (m._last_key, state.last) if x is not None]
     m._last_key = max((x[0], x[1]) for x in lasts) if lasts else None

@@ -128,13 +128,15 @@ class PhaseInstances:
         return kept
 
     def _held_occurrence(self, proc: tuple[str, int], name: str, start: int, end: int,
-                         earlier: array[int] | None) -> int | None:
+                         held: bytes | None) -> int | None:
         """The instance of an occurrence of ``name`` in ``proc`` an earlier report holds
-        already, with the same start and end, when ``start`` lies in one of ``earlier``, the
-        earlier reports' spans of NVTX range starts (flattened pairs; overlapping capture
-        ranges, ``repeats``); else None."""
-        if not earlier or not any(earlier[j] <= start <= earlier[j + 1]
-                                  for j in range(0, len(earlier), 2)):
+        already, with the same start and end, when ``start`` lies in one of ``held``, the
+        earlier reports' spans of NVTX range starts (``repeats.NvtxSpans``: flattened pairs
+        of int64 as bytes; overlapping capture ranges); else None."""
+        if not held:
+            return None
+        earlier = memoryview(held).cast("q")
+        if not any(earlier[j] <= start <= earlier[j + 1] for j in range(0, len(earlier), 2)):
             return None
         spans = spans_of(self._held_spans(proc), name)
         if not spans:

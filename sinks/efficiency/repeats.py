@@ -13,8 +13,8 @@ it). Reports count in the order fed.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -24,12 +24,20 @@ from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["NvtxSpans", "close_streams", "held_rows", "outside_earlier", "repeated",
-           "stream_spans"]
+__all__ = [
+    "NvtxSpans",
+    "close_streams",
+    "held_rows",
+    "load_nvtx",
+    "nvtx_pairs",
+    "outside_earlier",
+    "repeated",
+    "stream_spans",
+]
 
 #: (host, pid) -> the (first, last) NVTX range starts of each report fed so far, flattened
-#: pairs (one per report)
-NvtxSpans: TypeAlias = "dict[tuple[str, int], array[int]]"
+#: pairs (one per report) of int64 as bytes (one object a process, not an array and its data)
+NvtxSpans: TypeAlias = "dict[tuple[str, int], bytes]"
 
 log = get_logger(__name__)
 
@@ -164,7 +172,7 @@ def _nvtx_held(nvtx: NvtxSpans, rep: Report, rows: TableDetail, at: np.ndarray,
         rep.nvtx[key] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
         earlier = nvtx.get(key)
         if earlier:
-            hit = _inside(s, np.array(earlier, np.int64).reshape(-1, 2))
+            hit = _inside(s, np.frombuffer(earlier, np.int64).reshape(-1, 2))
             if hit.any():
                 out.append((mine, hit))
     return out
@@ -176,8 +184,21 @@ def close_streams(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report) -> No
     for (gid, pid, st), (lo, hi) in rep.streams.items():
         devices[gid].add_streams((pid, st, lo, hi))
     for key, (lo, hi) in rep.nvtx.items():
-        held = nvtx.get(key)
-        nvtx[key] = array("q", (lo, hi)) if held is None else held + array("q", (lo, hi))
+        nvtx[key] = nvtx.get(key, b"") + array("q", (lo, hi)).tobytes()
+
+
+def nvtx_pairs(spans: bytes | None) -> Sequence[int]:
+    """A process's NVTX spans (``NvtxSpans``) as flattened (first, last) ints (no copy)."""
+    return memoryview(spans or b"").cast("q")
+
+
+def load_nvtx(nvtx: NvtxSpans, records: Iterable[Sequence[Any]]) -> None:
+    """Append (host, pid, first, last) records (a state's, in order) to the processes'."""
+    added: dict[tuple[str, int], array[int]] = {}
+    for host, pid, a, b in records:
+        added.setdefault((host, pid), array("q")).extend((a, b))
+    for key, more in added.items():
+        nvtx[key] = nvtx.get(key, b"") + more.tobytes()
 
 
 def outside_earlier(dev: Device, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray

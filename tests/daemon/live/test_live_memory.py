@@ -26,10 +26,11 @@ from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 RETAINED_PER_REPORT = 4608
 #: of them, what the efficiency model's own code keeps (its device, host process, phase
 #: occurrences and lookups; numpy's allocations, the shared row tables' among them, are counted
-#: above only). Measured ~1.26 KB (1.38 KB with a dict of phase spans and a bytearray of
-#: instances a process, 2.4 KB with a RowStore a device view and host process, 4.7 KB when a
-#: host process and a device were a few dozen objects each)
-MODEL_PER_REPORT = 1536
+#: above only). Measured ~0.90 KB (1.26 KB with a tuple and two arrays a device, an array a
+#: host process and a process's NVTX spans, 1.38 KB with a dict of phase spans and a bytearray
+#: of instances a process, 2.4 KB with a RowStore a device view and host process, 4.7 KB when
+#: a host process and a device were a few dozen objects each)
+MODEL_PER_REPORT = 1152
 #: what a group commit holds at its peak a device of the job (its summary records, each of
 #: every device, made a slice of rows at a time: ~0.5 KB; as objects held together ~7 KB)
 COMMIT_PEAK_PER_DEVICE = 1536

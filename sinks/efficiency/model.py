@@ -30,7 +30,8 @@ from prvstream.sinks.efficiency.parts import (
     Sweep,
     grow,
 )
-from prvstream.sinks.efficiency.phases import OccSpans, PhaseInstances, named_spans
+from prvstream.sinks.efficiency.phases import OccSpans, PhaseInstances
+from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.sweep import DeviceSweep
@@ -108,6 +109,8 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._has_kept: dict[bytes, bytes] = {}
         #: per process, per phase name: its occurrences' start and end, in order (pairs)
         self._occ_spans: list[OccSpans] = []
+        #: by process id: the occurrence spans of a process's one phase name
+        self._occ_log = Ragged()
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
         self._span_index = SpanIndex()
         self._report: Report | None = None
@@ -221,7 +224,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         for p in procs:
             proc = rep.processes[p]
             spans = {n: self._span_index.get((proc, n), s)
-                     for n, s in named_spans(self._held_spans(proc))}
+                     for n, s in self._held_spans(proc)}
             if spans:
                 mine = rows if len(procs) == 1 else rows.take(rows.process == p)
                 for name, agg in phase_rows(mine, rep.origin, spans):

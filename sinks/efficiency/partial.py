@@ -22,7 +22,6 @@ from prvstream.sinks.efficiency.host import (
     threads,
 )
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH
-from prvstream.sinks.efficiency.phases import named_spans
 from prvstream.sinks.efficiency.repeats import load_nvtx, nvtx_pairs
 from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
@@ -250,7 +249,7 @@ def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]
 def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
     for proc, p in sorted(m._process_ids.items()):
         yield ProcessState(host=proc[0], pid=proc[1],
-                           phases={n: s.tolist() for n, s in named_spans(m._occ_spans[p])})
+                           phases={n: s.tolist() for n, s in m._named_spans(p)})
 
 
 def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:

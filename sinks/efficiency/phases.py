@@ -11,9 +11,10 @@ from typing import TypeAlias
 import numpy as np
 
 from prvstream.sinks.efficiency.parts import Name, grow
+from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["OccSpans", "PhaseInstances", "named_spans", "phase_label", "spans_of"]
+__all__ = ["OccSpans", "PhaseInstances", "phase_label"]
 
 log = get_logger(__name__)
 
@@ -28,25 +29,10 @@ _SHORT_HAS = 64
 #: distinct such ``bytes`` kept to be shared, at most this many
 _HAS_KEPT = 4096
 
-#: a process's occurrence spans (flattened start, end pairs) by phase name: one (name, spans)
-#: pair while it has one name (most processes: no dict a process), a dict from its second
-OccSpans: TypeAlias = "tuple[str, array[int]] | dict[str, array[int]]"
-
-
-def spans_of(held: OccSpans | None, name: str) -> array[int] | None:
-    """A process's occurrence spans of ``name`` (None: none)."""
-    if held is None:
-        return None
-    if isinstance(held, tuple):
-        return held[1] if held[0] == name else None
-    return held.get(name)
-
-
-def named_spans(held: OccSpans | None) -> Iterable[tuple[str, array[int]]]:
-    """(phase name, occurrence spans) of a process, in the order its names came."""
-    if held is None:
-        return ()
-    return (held,) if isinstance(held, tuple) else held.items()
+#: a process's occurrence spans (flattened start, end pairs) by phase name: while it has one
+#: name (most processes), the name, its spans the process's list of ``_occ_log`` (no dict,
+#: tuple or array a process); a dict of arrays from its second name
+OccSpans: TypeAlias = "str | dict[str, array[int]]"
 
 
 def phase_label(name: str) -> str:
@@ -70,11 +56,45 @@ class PhaseInstances:
     _has_kept: dict[bytes, bytes]
     #: by process id (``_process_ids``): its occurrence spans by phase name
     _occ_spans: list[OccSpans]
+    #: by process id: the occurrence spans of a process's one phase name
+    _occ_log: Ragged
 
-    def _held_spans(self, proc: tuple[str, int]) -> OccSpans | None:
-        """A process's occurrence spans by phase name (None: it has none)."""
+    def _spans_of(self, pid: int, name: str) -> array[int] | None:
+        """Process ``pid``'s occurrence spans of ``name`` (None: none; a copy while it has
+        one name)."""
+        held = self._occ_spans[pid]
+        if isinstance(held, str):
+            return self._occ_log.get(pid) if held == name else None
+        return held.get(name)
+
+    def _occ_count(self, pid: int, name: str) -> int:
+        """How many occurrences of ``name`` process ``pid`` has (-1: the name is not its)."""
+        held = self._occ_spans[pid]
+        if isinstance(held, str):
+            return self._occ_log.size(pid) // 2 if held == name else -1
+        spans = held.get(name)
+        return -1 if spans is None else len(spans) // 2
+
+    def _occ_span(self, pid: int, name: str, occ: int) -> tuple[int, int]:
+        """(start, end) of occurrence ``occ`` of ``name`` in process ``pid`` (it has it): no
+        copy of the process's spans."""
+        held = self._occ_spans[pid]
+        if isinstance(held, str):
+            return self._occ_log.item(pid, 2 * occ), self._occ_log.item(pid, 2 * occ + 1)
+        spans = held[name]
+        return spans[2 * occ], spans[2 * occ + 1]
+
+    def _named_spans(self, pid: int) -> Iterable[tuple[str, array[int]]]:
+        """(phase name, occurrence spans) of process ``pid``, in the order its names came."""
+        held = self._occ_spans[pid]
+        if isinstance(held, str):
+            return ((held, self._occ_log.get(pid)),)
+        return held.items()
+
+    def _held_spans(self, proc: tuple[str, int]) -> Iterable[tuple[str, array[int]]]:
+        """(phase name, occurrence spans) of a process (none: it has none)."""
         pid = self._process_ids.get(proc)
-        return None if pid is None else self._occ_spans[pid]
+        return () if pid is None else self._named_spans(pid)
 
     def _occurrence(self, proc: tuple[str, int], name: str, start: int, end: int) -> int:
         """Record the next occurrence of ``name`` in ``proc``; return its instance id."""
@@ -83,23 +103,23 @@ class PhaseInstances:
             name = self._names[nid].name
         pid = self._process_ids.get(proc)
         if pid is None:
-            spans = array("q")
             pid = self._process_ids[proc] = len(self._processes)
             self._processes.append(proc)
             self._has.append(b"")
-            self._occ_spans.append((name, spans))
-        else:
-            held = self._occ_spans[pid]
-            found = spans_of(held, name)
-            if found is None:
-                found = array("q")
-                if isinstance(held, tuple):
-                    self._occ_spans[pid] = {held[0]: held[1], name: found}
-                else:
-                    held[name] = found
-            spans = found
-        occ = len(spans) // 2
-        spans += array("q", (start, end))
+            self._occ_spans.append(name)
+            self._occ_log.add_owner()  # the process's list: its id
+        held = self._occ_spans[pid]
+        if isinstance(held, str) and held == name:
+            occ = self._occ_log.size(pid) // 2
+            self._occ_log.extend(pid, (start, end))
+        else:  # a second name: a dict of arrays (its list in the log is left as it is)
+            if isinstance(held, str):
+                held = self._occ_spans[pid] = {held: self._occ_log.get(pid)}
+            spans = held.get(name)
+            if spans is None:
+                spans = held[name] = array("q")
+            occ = len(spans) // 2
+            spans += array("q", (start, end))
         i = self._instance(name, occ, start, end)
         if not occ:  # the process's first occurrence of the name
             self._names[int(self._i_name[i])].processes.append(pid)
@@ -138,7 +158,8 @@ class PhaseInstances:
         earlier = memoryview(held).cast("q")
         if not any(earlier[j] <= start <= earlier[j + 1] for j in range(0, len(earlier), 2)):
             return None
-        spans = spans_of(self._held_spans(proc), name)
+        pid = self._process_ids.get(proc)
+        spans = None if pid is None else self._spans_of(pid, name)
         if not spans:
             return None
         flat = np.frombuffer(spans, dtype=np.int64)

@@ -23,7 +23,6 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     note_lines,
 )
-from prvstream.sinks.efficiency.phases import OccSpans, spans_of
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
@@ -65,7 +64,8 @@ class RecordViews:
     _i_occ: np.ndarray
     _i_start: np.ndarray
     _i_end: np.ndarray
-    _occ_spans: list[OccSpans]
+    _occ_count: Callable[[int, str], int]
+    _occ_span: Callable[[int, str, int], tuple[int, int]]
     _span: tuple[int, int] | None
     _reports: int
     _last_report: str
@@ -165,22 +165,23 @@ class RecordViews:
                              name=nm.name, index=int(self._i_occ[i]))
         occ = int(self._i_occ[i])
         draft.host_metrics(self._host.phase_metrics(
-            self._occurrences(procs, nm.name, lambda spans: [(occ, i)])))
+            self._occurrences(procs, nm.name, lambda count: [(occ, i)])))
         return draft.encoded()
 
     def _occurrences(self, procs: Iterable[int], name: str,
-                     pick: Callable[[Sequence[int]], Iterable[tuple[int, int]]],
+                     pick: Callable[[int], Iterable[tuple[int, int]]],
                      ) -> Iterator[tuple[tuple[str, int], int, int, int]]:
         """((host, pid), start, end, instance id) of each process's occurrences ``pick`` names
-        as (occurrence, instance id), given the process's flattened occurrence spans."""
+        as (occurrence, instance id), given how many occurrences of ``name`` the process has
+        (each read alone: no copy of a process's spans a record)."""
         for p in procs:
             proc = self._processes[p]
-            spans = spans_of(self._occ_spans[p], name)
-            if spans is None:
+            count = self._occ_count(p, name)
+            if count < 0:
                 continue
-            for occ, inst in pick(spans):
-                if 2 * occ + 1 < len(spans):
-                    yield proc, spans[2 * occ], spans[2 * occ + 1], inst
+            for occ, inst in pick(count):
+                if occ < count:
+                    yield (proc, *self._occ_span(p, name, occ), inst)
 
     def _phase_total(self, nid: int) -> EncodedRecord:
         nm = self._names[nid]
@@ -192,7 +193,7 @@ class RecordViews:
         ids = nm.instances.tolist()
         draft.host_metrics(self._host.phase_metrics(self._occurrences(
             sorted(nm.processes), nm.name,
-            lambda spans: [(k, ids[k]) for k in range(len(spans) // 2) if k < len(ids)])))
+            lambda count: [(k, ids[k]) for k in range(count) if k < len(ids)])))
         tables = self._phase_tables.get(nm.name)
         if tables is not None:
             draft.head.tables = tables.top(self.top)

@@ -15,6 +15,7 @@ import msgspec
 from prvstream.daemon.kinds.context import ThreadKey
 from prvstream.daemon.live.frames import FrameCut, append_frames, split_frames
 from prvstream.daemon.stream.numbering import NumberingState, TaskEntry
+from prvstream.daemon.stream.tasktable import TaskTable
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
 from prvstream.sinks.logger import get_logger
 
@@ -119,17 +120,18 @@ class IdsLog:
     def _written(self, state: NumberingState) -> None:
         self._of = state
         self._nodes = len(state.nodes)
-        self._threads = array("I", (len(t.thread_keys) for t in state.tasks))
+        tasks = state.tasks
+        self._threads = array("I", (_thread_count(tasks, i) for i in range(len(tasks))))
         self._values = {g: len(v) for g, v in state.values.items()}
 
     def _delta(self, state: NumberingState) -> IdsDelta:
         old = len(self._threads)
         threads = []
-        for task_id in range(1, min(old, len(state.tasks)) + 1):
-            entry = state.tasks[task_id - 1]
+        tasks = state.tasks
+        for task_id in range(1, min(old, len(tasks)) + 1):
             had = self._threads[task_id - 1]
-            if len(entry.thread_keys) > had:
-                threads.append((task_id, entry.thread_keys[had:], entry.thread_names[had:]))
+            if _thread_count(tasks, task_id - 1) > had:
+                threads.append((task_id, *_threads_from(tasks, task_id - 1, had)))
         values = {g: v[self._values.get(g, 0):] for g, v in state.values.items()
                   if len(v) > self._values.get(g, 0)}
         return IdsDelta(nodes=state.nodes[self._nodes:], tasks=state.tasks[old:],
@@ -140,6 +142,22 @@ class IdsLog:
             f"the trace's ids beside a journal in {self.folder} ({self.name}) are corrupt: "
             f"{what}; move the journal and its files ({self.stem}.*) aside and restart: the "
             "job's outputs will be rebuilt from its reports")
+
+
+def _thread_count(tasks: list[TaskEntry], i: int) -> int:
+    """How many threads task ``i`` has (a table's column, or its entry's list)."""
+    if isinstance(tasks, TaskTable):
+        return tasks.thread_count(i)
+    return len(tasks[i].thread_keys)
+
+
+def _threads_from(tasks: list[TaskEntry], i: int, start: int
+                  ) -> tuple[list[ThreadKey], list[str]]:
+    """Task ``i``'s thread keys and names from its ``start``-th on."""
+    if isinstance(tasks, TaskTable):
+        return tasks.keys(i, start), tasks.names(i, start)
+    entry = tasks[i]
+    return entry.thread_keys[start:], entry.thread_names[start:]
 
 
 def _apply(state: NumberingState, delta: IdsDelta) -> None:

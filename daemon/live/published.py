@@ -32,7 +32,8 @@ class Published:
         self.numbering = numbering
         self._nodes: list[str] = []
         self._node_ids: dict[str, int] = {}
-        self._tasks: list[str] = []
+        #: every task's .row line (its label), newline-ended and encoded, in task order
+        self._task_rows = bytearray()
         self._header_tasks: list[str] = []
         self._header_kept: dict[str, str] = {}
         #: every thread's .row line, newline-ended and encoded, in task then thread order (one
@@ -59,30 +60,31 @@ class Published:
         for host in nb.nodes[len(self._nodes):]:
             self._node_ids[host] = len(self._nodes) + 1
             self._nodes.append(pv.sanitize_label(host))
-        for entry in nb.tasks[len(self._tasks):]:
-            self._tasks.append(pv.sanitize_once(entry.name))
+        tasks = nb.tasks  # columns: no entry is made a task
+        for i in range(len(self._ends), len(tasks)):
+            self._task_rows += (pv.sanitize_once(tasks.label(i)) + "\n").encode()
             self._ends.append(len(self._rows))
             self._counts.append(0)
             self._header_tasks.append(self._shared(pv.header_task(0,
-                                                                  self._node_ids[entry.host])))
+                                                                  self._node_ids[tasks.host(i)])))
         ends = self._ends
         shift = 0  # bytes inserted before the task at hand: its end moves by them
-        for task_id, entry in enumerate(nb.tasks, 1):
+        for i in range(len(tasks)):
             if shift:
-                ends[task_id - 1] += shift
-            count = self._counts[task_id - 1]
-            if count == len(entry.thread_keys):
+                ends[i] += shift
+            count = self._counts[i]
+            if count == tasks.thread_count(i):
                 continue
-            lines = "".join(pv.row_line(task_id, thread, key, entry.host) + "\n"
-                            for thread, key in enumerate(entry.thread_keys[count:], count + 1)
+            host = tasks.host(i)
+            lines = "".join(pv.row_line(i + 1, thread, key, host) + "\n"
+                            for thread, key in enumerate(tasks.keys(i, count), count + 1)
                             ).encode()
-            end = ends[task_id - 1]
+            end = ends[i]
             self._rows[end:end] = lines  # behind the task's lines: an append but for old tasks
-            ends[task_id - 1] = end + len(lines)
+            ends[i] = end + len(lines)
             shift += len(lines)
-            self._counts[task_id - 1] = count = len(entry.thread_keys)
-            self._header_tasks[task_id - 1] = self._shared(
-                pv.header_task(count, self._node_ids[entry.host]))
+            self._counts[i] = count = tasks.thread_count(i)
+            self._header_tasks[i] = self._shared(pv.header_task(count, self._node_ids[host]))
 
     def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
         """``pv.header_line`` of the numbering (``ValueError`` when over ``capacity``)."""
@@ -92,7 +94,8 @@ class Published:
 
     def row(self) -> bytes:
         self._catch_up()
-        return pv.row_from_lines(self._nodes, self._tasks, self._rows, sum(self._counts))
+        return pv.row_from_lines(self._nodes, len(self._ends), self._task_rows,
+                                 sum(self._counts), self._rows)
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

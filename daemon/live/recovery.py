@@ -12,7 +12,7 @@ import msgspec
 
 from prvstream.daemon.live import blockfinal
 from prvstream.daemon.live.checkpoint import restore_checkpoint
-from prvstream.daemon.stream.numbering import Numbering, NumberingState
+from prvstream.daemon.stream.numbering import Numbering, NumberingState, state_json
 from prvstream.daemon.stream.pipeline import report_context, report_stream
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
@@ -88,7 +88,7 @@ def remember_prv(trace: LiveTrace) -> None:
 
 
 def _copy_numbering(state: NumberingState) -> NumberingState:
-    return msgspec.json.decode(msgspec.json.encode(state), type=NumberingState)
+    return msgspec.json.decode(state_json(state), type=NumberingState)
 
 
 def restore_model(trace: LiveTrace) -> None:

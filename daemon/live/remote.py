@@ -34,7 +34,7 @@ from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.live.outcomes import AppendInterrupted, AppendResult
 from prvstream.daemon.scale.tasks import BlockDone, BlockTask, PlanFacts, convert_block, plan_report
 from prvstream.daemon.stream.claims import Claim
-from prvstream.daemon.stream.numbering import Numbering, NumberingState
+from prvstream.daemon.stream.numbering import Numbering, NumberingState, state_json
 from prvstream.daemon.stream.pipeline import register_report
 from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.sinks.errors import PrvstreamError
@@ -128,7 +128,7 @@ class RemoteAppender:
         """Give every planned report, in order, the state it will be committed on."""
         with self._lock:
             state = self.trace.journal.state
-            base = msgspec.json.encode(state.numbering)
+            base = state_json(state.numbering)
             index = len(self.trace.journal.reports)
             origin = state.origin_wall_ns
             ahead: list[PlanFacts] = []  # committed before the entry, if all goes well
@@ -166,7 +166,7 @@ class RemoteAppender:
                     entry.given = given
                 numbering = Numbering(msgspec.json.decode(base, type=NumberingState))
                 register_report(numbering, facts.objects, facts.values)
-                base = msgspec.json.encode(numbering.state)
+                base = state_json(numbering.state)
                 index += 1
                 ahead.append(facts)
 
@@ -209,7 +209,7 @@ class RemoteAppender:
                 self._discard(done)
                 raise AppendInterrupted(path.name)
             state = self.trace.journal.state
-            now = (_digest(msgspec.json.encode(state.numbering)), len(self.trace.journal.reports),
+            now = (_digest(state_json(state.numbering)), len(self.trace.journal.reports),
                    state.origin_wall_ns if state.origin_wall_ns is not None else
                    facts.wall_start - state.skew_allowance_ns, self._earlier(facts, []))
             if given != now:  # made from a state that did not come to be: convert again

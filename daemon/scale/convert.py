@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds.bounds import note_hostile
 from prvstream.daemon.scale.runs import RunInfo, range_extents, remove_run, split_times
@@ -39,7 +37,7 @@ from prvstream.daemon.scale.tasks import (
 )
 from prvstream.daemon.stream.batch import expand_inputs
 from prvstream.daemon.stream.claims import earlier_claims, overlapping
-from prvstream.daemon.stream.numbering import Numbering
+from prvstream.daemon.stream.numbering import Numbering, state_json
 from prvstream.daemon.stream.trace import ConvertResult, numbering_of, trace_metadata
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import NotAnExport, OutputConflict
@@ -153,7 +151,7 @@ class NumberingDiverged(Exception):
 def _convert_all(client: Any, ordered: list[PlanFacts], numbering: Numbering, origin: int,
                  settings: Settings, scratch: Path, *, spool: bool, thread_last: bool,
                  progress: Progress | None, planned: int) -> list[ConvertDone]:
-    state = client.scatter(msgspec.json.encode(numbering.state), broadcast=True)
+    state = client.scatter(state_json(numbering.state), broadcast=True)
     earlier = earlier_claims([f.claims for f in ordered])
     tasks = [ConvertTask(path=f.path, kinds=list(settings.kinds), origin=origin, index=i,
                          chunk_rows=settings.chunk_rows, phase_pattern=settings.phase_pattern,

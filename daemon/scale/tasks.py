@@ -18,7 +18,7 @@ import msgspec
 from prvstream.daemon.scale.runs import RunInfo, RunWriter, merge_range
 from prvstream.daemon.stream.blockcodes import codes_of
 from prvstream.daemon.stream.claims import Claim, host_claims
-from prvstream.daemon.stream.numbering import Numbering, NumberingState
+from prvstream.daemon.stream.numbering import Numbering, NumberingState, state_json
 from prvstream.daemon.stream.pipeline import (
     PreparedReport,
     ReportObjects,
@@ -167,7 +167,7 @@ def convert_report(task: ConvertTask, numbering_state: bytes) -> ConvertDone:
         raise
     finally:
         rep.close()
-    grew = msgspec.json.encode(numbering.state) != numbering_state
+    grew = state_json(numbering.state) != numbering_state
     return ConvertDone(run=run, rows=rows, numbering_grew=grew,
                        spool=spool.detach() if spool is not None else None, thread_last=last,
                        hostile=dict(ctx.hostile))
@@ -257,6 +257,6 @@ def convert_block(task: BlockTask, numbering_state: bytes) -> BlockDone:
     finally:
         rep.close()
     return BlockDone(block=task.block, records=records, size=size, end_time=end_time,
-                     rows=rows, spans=spans, numbering_after=msgspec.json.encode(numbering.state),
+                     rows=rows, spans=spans, numbering_after=state_json(numbering.state),
                      spool=spool.detach(), wall_start=rep.wall_start, wall_end=rep.wall_end,
                      hostile=dict(ctx.hostile), codes=task.block + ".codes")

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import msgspec
 
 from prvstream.daemon.kinds.context import ThreadKey, cpu_key, gpu_key
+from prvstream.daemon.stream.tasktable import PidIndex, TaskTable
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver.format import (
     MAX_PARAVER_OBJECTS,
@@ -26,7 +27,7 @@ from prvstream.sinks.paraver.format import (
 )
 
 __all__ = ["MAIN_THREAD", "Numbering", "NumberingState", "TaskEntry", "ThreadKey", "clean_label",
-           "cpu_key", "gpu_key"]
+           "cpu_key", "gpu_key", "state_json"]
 
 log = get_logger(__name__)
 
@@ -37,9 +38,6 @@ _UNWRITTEN = frozenset({"Cc", "Zl", "Zp"})
 MAIN_THREAD = "(main thread)"
 #: tasks whose thread lookups are kept at once (rebuilt from ``thread_keys`` when dropped)
 _THREAD_INDEXES = 256
-#: GPU thread keys and names (the same few in every task: ``(1, 0, 7)``, ``CUDA-D0.S7``)
-#: kept once and shared by the tasks that have them, at most this many
-_SHARED_KEPT = 4096
 
 
 def clean_label(text: str) -> str:
@@ -69,12 +67,38 @@ class TaskEntry(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class NumberingState(msgspec.Struct, forbid_unknown_fields=True):
-    """The persisted form of a numbering (journal)."""
+    """The persisted form of a numbering (journal). A ``Numbering`` made on it replaces its
+    task list by a ``TaskTable`` of the same tasks (columns): encode it with ``state_json``,
+    or its task list as ``list(state.tasks)``."""
 
     nodes: list[str] = msgspec.field(default_factory=list)
     tasks: list[TaskEntry] = msgspec.field(default_factory=list)
     #: value group -> labels in id order (id = position + 1)
     values: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+def _enc_hook(obj: object) -> object:
+    if isinstance(obj, TaskTable):
+        return list(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_json = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def state_json(state: NumberingState) -> bytes:
+    """``msgspec.json.encode(state)``, its tasks as a table or a list (the same bytes)."""
+    return _json.encode(state)
+
+
+def table_of(state: NumberingState) -> TaskTable:
+    """The state's tasks as a ``TaskTable``, put in place of its list when they are one."""
+    tasks = state.tasks
+    if isinstance(tasks, TaskTable):
+        return tasks
+    table = TaskTable(tasks)
+    setattr(state, "tasks", table)  # noqa: B010 (the field's declared type is its decoded form)
+    return table
 
 
 class Numbering:
@@ -83,27 +107,27 @@ class Numbering:
     def __init__(self, state: NumberingState | None = None) -> None:
         self.state = state if state is not None else NumberingState()
         self.nodes = self.state.nodes
-        self.tasks = self.state.tasks
+        #: the tasks as columns (``tasktable``): no object a task
+        self.tasks = table_of(self.state)
         self.values = self.state.values
-        #: pid -> its task id, or the ids of its tasks on several hosts (no (host, pid) tuple
-        #: a task: a job of thousands of one-rank tasks holds a dict entry each)
-        self._task_index: dict[int, int | list[int]] = {}
+        #: pid -> the ids of its tasks (one a host), packed (no (host, pid) tuple, dict entry
+        #: and int a task)
+        self._task_index = PidIndex()
         self._value_index: dict[str, dict[str, int]] = {}
         #: task id -> thread key -> thread id (built on first use per task; a cache of at
         #: most ``_THREAD_INDEXES`` tasks: a job of thousands of tasks keeps no dict each)
         self._thread_index: dict[int, dict[ThreadKey, int]] = {}
-        #: (task id, position) of each thread added since the last ``mark``
+        #: (task id, position) of each thread added since the last ``mark`` (none before
+        #: the first: a numbering never marked keeps no tuple a thread)
         self._grown: list[tuple[int, int]] = []
-        #: one copy of each GPU thread key and name, shared by every task that has it (a
-        #: job of thousands of one-rank tasks holds no tuple and string a stream and task)
-        self._shared_keys: dict[ThreadKey, ThreadKey] = {}
-        self._shared_names: dict[str, str] = {}
+        self._marked = False
         self.reindex()
 
     def mark(self) -> tuple[int, int, dict[str, int]]:
         """A point to go back to with ``undo`` (ids added after it are forgotten); costs
         O(value groups), not O(tasks)."""
         self._grown.clear()
+        self._marked = True
         return len(self.nodes), len(self.tasks), {g: len(v) for g, v in self.values.items()}
 
     def grown_since(self, mark: tuple[int, int, dict[str, int]]) -> bool:
@@ -117,10 +141,10 @@ class Numbering:
         nodes, tasks, values = mark
         for task_id, position in self._grown:
             if task_id <= tasks:
-                entry = self.tasks[task_id - 1]
-                del entry.thread_keys[position:], entry.thread_names[position:]
+                self.tasks.keep_threads(task_id - 1, position)
         self._grown.clear()
-        del self.nodes[nodes:], self.tasks[tasks:]
+        del self.nodes[nodes:]
+        self.tasks.keep(tasks)
         for group in list(self.values):
             if group in values:
                 del self.values[group][values[group]:]
@@ -131,9 +155,9 @@ class Numbering:
 
     def reindex(self) -> None:
         """Rebuild lookup dictionaries (after decoding)."""
-        self._task_index = {}
-        for i, t in enumerate(self.tasks, 1):
-            self._index_task(t.pid, i)
+        self._task_index = PidIndex()
+        for i in range(len(self.tasks)):
+            self._task_index.add(self.tasks.pid(i), i + 1)
         self._value_index = {
             group: {label: i + 1 for i, label in enumerate(labels)}
             for group, labels in self.values.items()
@@ -154,64 +178,33 @@ class Numbering:
         label = f"{host}:{pid} {name}".strip() if rank is None else f"rank {rank} {host}:{pid}"
         self.tasks.append(TaskEntry(host=host, pid=pid, name=label, rank=rank))
         task_id = len(self.tasks)
-        self._index_task(pid, task_id)
+        self._task_index.add(pid, task_id)
         if task_id == MAX_PARAVER_OBJECTS + 1:
             log.warning("paraver_object_limit", tasks=task_id, limit=MAX_PARAVER_OBJECTS)
         return task_id
 
     def _task_of(self, host: str, pid: int) -> int | None:
         """The task id of (host, pid), None when it has none."""
-        held = self._task_index.get(pid)
-        if held is None:
-            return None
-        if isinstance(held, int):
-            return held if self.tasks[held - 1].host == host else None
-        return next((t for t in reversed(held) if self.tasks[t - 1].host == host), None)
-
-    def _index_task(self, pid: int, task_id: int) -> None:
-        held = self._task_index.get(pid)
-        if held is None:
-            self._task_index[pid] = task_id
-        elif isinstance(held, int):
-            self._task_index[pid] = [held, task_id]
-        else:
-            held.append(task_id)
+        held = self._task_index.tasks(pid)
+        return next((t for t in reversed(held) if self.tasks.host(t - 1) == host), None)
 
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int:
         """Thread id of ``key`` within a task, added at the end if new."""
         index = self._threads_of(task_id)
-        entry = self.tasks[task_id - 1]
         tkey = (key[0], key[1], key[2])
         found = index.get(tkey)
         if found is not None:
             return found
-        self._grown.append((task_id, len(entry.thread_keys)))
-        name = clean_label(name)
-        if key[0] != 0:  # CPU threads' tids and names differ from task to task
-            key, name = self._share(tkey, name)
-        elif key[1] == entry.pid:  # the main thread: the task's pid, not one more int
-            key = (0, entry.pid, key[2])
-        entry.thread_keys.append(key)
-        entry.thread_names.append(name)
-        index[tkey] = len(entry.thread_keys)
-        return index[tkey]
+        position = self.tasks.thread_count(task_id - 1)
+        if self._marked:
+            self._grown.append((task_id, position))
+        self.tasks.add_threads(task_id - 1, [tkey], [clean_label(name)])
+        index[tkey] = position + 1
+        return position + 1
 
     def trim(self, task_id: int) -> None:
-        """Copy a task's thread lists without the spare room their appends left (kept as long
-        as the job: a job of thousands of small tasks holds them all)."""
-        entry = self.tasks[task_id - 1]
-        entry.thread_keys = entry.thread_keys[:]
-        entry.thread_names = entry.thread_names[:]
-
-    def _share(self, key: ThreadKey, name: str) -> tuple[ThreadKey, str]:
-        """The kept copies of an equal key and name (kept now while there is room)."""
-        keys, names = self._shared_keys, self._shared_names
-        shared_key, shared_name = keys.get(key), names.get(name)
-        if shared_key is None and len(keys) < _SHARED_KEPT:
-            shared_key = keys[key] = key
-        if shared_name is None and len(names) < _SHARED_KEPT:
-            shared_name = names[name] = name
-        return (shared_key or key), (shared_name or name)
+        """Nothing to do: a task's threads are rows of the table's columns (no list with
+        spare room a task)."""
 
     def find_thread(self, host: str, pid: int, key: ThreadKey) -> tuple[int, int] | None:
         """(task id, thread id) of a thread already numbered, else None (adds nothing)."""
@@ -227,8 +220,7 @@ class Numbering:
             if len(self._thread_index) >= _THREAD_INDEXES:
                 self._thread_index.clear()
             index = self._thread_index[task_id] = {
-                (k[0], k[1], k[2]): i + 1
-                for i, k in enumerate(self.tasks[task_id - 1].thread_keys)}
+                k: i + 1 for i, k in enumerate(self.tasks.keys(task_id - 1))}
         return index
 
     # -- values ----------------------------------------------------------------------------
@@ -252,13 +244,14 @@ class Numbering:
         """The trace's objects with their .row labels (``format.row_label``); the readable
         thread names (``thread_names``) stay in the numbering (journal)."""
         node_ids = {host: i + 1 for i, host in enumerate(self.nodes)}
+        tasks = self.tasks
         return TraceLayout(
             nodes=list(self.nodes),
             tasks=[
-                TaskLayout(name=t.name, node=node_ids[t.host],
-                           threads=[row_label(task_id, i, key, t.host)
-                                    for i, key in enumerate(t.thread_keys, 1)])
-                for task_id, t in enumerate(self.tasks, 1)
+                TaskLayout(name=tasks.label(t), node=node_ids[tasks.host(t)],
+                           threads=[row_label(t + 1, i, key, tasks.host(t))
+                                    for i, key in enumerate(tasks.keys(t), 1)])
+                for t in range(len(tasks))
             ],
         )
 

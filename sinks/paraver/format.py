@@ -340,11 +340,18 @@ def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                            sum(len(t) for t in threads))
 
 
-def row_from_lines(nodes: Sequence[str], tasks: Sequence[str], lines: bytes | bytearray,
-                   threads: int) -> bytes:
-    """``row_from_blocks`` with every thread's name already encoded and newline-ended, all in
-    one buffer in order (a live trace keeps them so between appends: no string a task)."""
-    return row_from_blocks(nodes, tasks, [], threads) + lines
+def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes | bytearray,
+                   threads: int, thread_lines: bytes | bytearray) -> bytes:
+    """``row_from_blocks`` with every task's and every thread's name already encoded and
+    newline-ended, each level's in one buffer in order (a live trace keeps them so between
+    appends: no string a task)."""
+    nodes = nodes or ["node"]
+    out = [f"LEVEL CPU SIZE {len(nodes)}"]
+    out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
+    out += ["", f"LEVEL NODE SIZE {len(nodes)}", *nodes]
+    out += ["", f"LEVEL TASK SIZE {tasks}"]
+    return b"".join(((("\n".join(out) + "\n").encode()), task_lines,
+                     f"\nLEVEL THREAD SIZE {threads}\n".encode(), thread_lines))
 
 
 def row_from_blocks(nodes: Sequence[str], tasks: Sequence[str], thread_blocks: Sequence[str],

@@ -17,13 +17,15 @@ from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 
-#: traced bytes a committed one-rank tiny report leaves in the daemon's code (numbering, `.row`
-#: labels, claims, last times, journal index ~2 KB; the efficiency model's device and process
-#: ~1.3 KB). Measured ~4.06 KB (4.45 KB before a process's phase spans were a pair and its
+#: traced bytes a committed one-rank tiny report leaves in the daemon's code (numbering as
+#: table columns, `.row` lines in one buffer, claims, last times, journal index ~1 KB; the
+#: efficiency model's device and process ~1.3 KB). Measured ~3.68 KB (~4.06 KB with a
+#: TaskEntry and its lists a task, a string a task's `.row` lines and a bytes object and dict
+#: slot a report's digests; 4.45 KB before a process's phase spans were a pair and its
 #: instance set a shared bytes, 5.1 KB with a RowStore a device view and host process, 7.2 KB
-#: before the model's state was packed); the target (< 2.1 KiB of peak a report, all in) is
+#: before the model's state was packed); the target (< 2.0 KiB of peak a report, all in) is
 #: not met.
-RETAINED_PER_REPORT = 4608
+RETAINED_PER_REPORT = 4096
 #: of them, what the efficiency model's own code keeps (its device, host process, phase
 #: occurrences and lookups; numpy's allocations, the shared row tables' among them, are counted
 #: above only). Measured ~0.90 KB (1.26 KB with a tuple and two arrays a device, an array a

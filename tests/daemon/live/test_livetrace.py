@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import msgspec
 import pytest
 from structlog.testing import capture_logs
 
@@ -14,6 +13,7 @@ from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.stream.numbering import state_json
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from tests.prv_check import validate
 
@@ -161,7 +161,7 @@ def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> Non
     job, trace = _job(tmp_path)
     _append(trace, job, sources[0])
     before = {p.name: p.read_bytes() for p in (job / "prvstream").iterdir() if p.is_file()}
-    state_before = msgspec.json.encode(trace.journal.state.numbering)
+    state_before = state_json(trace.journal.state.numbering)
     hostile = job / "rank0001.sqlite"
     shutil.copy(sources[1], hostile)
     con = sqlite3.connect(hostile)
@@ -175,7 +175,7 @@ def test_a_report_failing_midway_leaves_the_job_as_it_was(tmp_path: Path) -> Non
     after = {p.name: p.read_bytes() for p in (job / "prvstream").iterdir() if p.is_file()}
     assert after == before
     assert len(trace.journal.reports) == 1
-    assert msgspec.json.encode(trace.journal.state.numbering) == state_before
+    assert state_json(trace.journal.state.numbering) == state_before
     hostile.unlink()
     _append(trace, job, sources[1])  # the job goes on
     trace.finalize()

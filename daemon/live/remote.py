@@ -237,7 +237,7 @@ class RemoteAppender:
         trace = self.trace
         state = trace.journal.state
         started = time.perf_counter()
-        snapshot = msgspec.json.encode(state)
+        snapshot = trace.journal.snapshot()
         trace._model_fed = False
         spool = ReportSpool.attach(*done.spool)
         try:

@@ -19,11 +19,6 @@ Requests arrive on stdin, one JSON object per line:
   ``"window": W`` in ``presort`` is the table's window, read by the parent, not read again;
   ``"inline": true`` (NVTX): each row's last value is an inline text or NULL, which the
   parent numbers (its canonical ids); every chunk is then answered with status 4;
-- ``{"op": "floors", "id": N, "table": T, "start": C, "block": B}`` reads a join's floors
-  over its driving table (``storage_order.block_floors``) and answers one frame of status 5:
-  ``<qq`` (first rowid, reorder window) then the blocks' least starts (native int64); the
-  window is kept for a ``presort`` of the same table and start without a condition (not read
-  again); status 1 or 2 when the bounds could not be read;
 - ``{"op": "next", "id": N, "rows": R}`` asks for the next chunk of at most R rows;
 - ``{"op": "close", "id": N}`` drops a stream; ``{"op": "quit"}`` ends the process.
 
@@ -52,8 +47,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, BinaryIO
 
-__all__ = ["FLOORS", "FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_FLOORS", "STATUS_OK",
-           "STATUS_SQLITE", "STATUS_TEXTS", "STATUS_WINDOW", "WINDOW", "main"]
+__all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
+           "STATUS_TEXTS", "STATUS_WINDOW", "WINDOW", "main"]
 
 #: frame header: stream id, status, payload length
 FRAME = struct.Struct("<iiq")
@@ -70,12 +65,6 @@ STATUS_WINDOW = 3
 WINDOW = struct.Struct("<q")
 #: an ``inline`` stream's chunk: its rows and their inline texts (module docstring)
 STATUS_TEXTS = 4
-#: the answer to ``floors``: first rowid and reorder window (``<qq``), then the least starts
-STATUS_FLOORS = 5
-FLOORS = struct.Struct("<qq")
-
-#: (table, start, condition) -> reorder window, of the database open (``floors`` kept them)
-Windows = dict[tuple[str, str, str], int]
 
 
 class _Stream:
@@ -100,14 +89,11 @@ def _send(out: BinaryIO, stream_id: int, status: int,
     out.flush()
 
 
-def _window(con: sqlite3.Connection, presort: dict[str, Any], known: Windows) -> int:
-    """The reorder window of a rowid-order scan (the parent's when it sent one, or the one a
-    ``floors`` read: the table's bounds were read already), or 0 when SQLite is to sort."""
-    key = (presort["table"], presort["start"], presort["where"])
+def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
+    """The reorder window of a rowid-order scan (the parent's when it sent one: it read the
+    table's bounds already), or 0 when SQLite is to sort."""
     if "window" in presort:
         window = int(presort["window"])
-    elif key in known:
-        window = known[key]
     else:
         try:
             window = int(storage_order.reorder_window(con, presort["table"], presort["start"],
@@ -115,21 +101,6 @@ def _window(con: sqlite3.Connection, presort: dict[str, Any], known: Windows) ->
         except sqlite3.Error:
             return 0  # the ordered query reports the error
     return window if 0 < window <= int(presort["max_window"]) else 0
-
-
-def _floors(con: sqlite3.Connection, request: dict[str, Any], known: Windows
-            ) -> tuple[int, bytes | list[bytearray]]:
-    """The ``floors`` answer (module docstring); the window kept in ``known``."""
-    table, start, block = request["table"], request["start"], int(request["block"])
-    try:
-        first, least, window = storage_order.block_floors(con, table, start, block)
-    except sqlite3.Error as exc:
-        return STATUS_SQLITE, str(exc).encode()
-    except (ValueError, TypeError, OverflowError) as exc:
-        return STATUS_BAD_VALUE, str(exc).encode()
-    if block == storage_order.BLOCK:
-        known[(table, start, "")] = window
-    return STATUS_FLOORS, [bytearray(FLOORS.pack(first, window)), bytearray(least.tobytes())]
 
 
 def _open(con: sqlite3.Connection, request: dict[str, Any], window: int,
@@ -256,7 +227,6 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
     db: Any = None  # the C reader's connection to the same database
     failed = b"no database opened"
     streams: dict[int, _Stream] = {}
-    known: Windows = {}
     try:
         for line in requests:
             request = json.loads(line)
@@ -268,7 +238,6 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
                     if stream.cursor is not None:
                         stream.cursor.close()
                 streams.clear()
-                known.clear()
                 db = None
                 if con is not None:
                     con.close()
@@ -283,15 +252,11 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
             if op == "open":
                 window = 0
                 if con is not None and request.get("presort"):
-                    window = _window(con, request["presort"], known)
+                    window = _window(con, request["presort"])
                 streams[sid] = (_open(con, request, window, db) if con is not None
                                 else _Stream(None, request, (STATUS_SQLITE, failed)))
                 if request.get("presort"):
                     _send(out, sid, STATUS_WINDOW, WINDOW.pack(window))
-            elif op == "floors":
-                status, payload = (_floors(con, request, known) if con is not None
-                                   else (STATUS_SQLITE, failed))
-                _send(out, sid, status, payload)
             elif op == "next":
                 status, payload = _next(streams[sid], int(request["rows"]))
                 _send(out, sid, status, payload)

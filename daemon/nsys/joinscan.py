@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from prvstream.daemon.nsys.storage_order import BLOCK, NEVER, block_floors
+from prvstream.daemon.nsys.storage_order import BLOCK, window_of
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
@@ -28,7 +28,7 @@ log = get_logger(__name__)
 
 #: the field of a part's rows holding the driving table's rowid
 ROWID = "_rowid"
-_NEVER = NEVER
+_NEVER = np.iinfo(np.int64).max
 
 
 def scan_dtype(dtype: np.dtype) -> np.dtype:
@@ -67,8 +67,19 @@ def floors(con: sqlite3.Connection, table: str, start: str, block: int = BLOCK
     """``table``'s floors and its reorder window (``storage_order.window_of``, rows).
 
     ``table`` and ``start`` are quoted identifiers."""
-    first, least, window = block_floors(con, table, start, block)
-    return Floors(first, np.array(least, dtype=np.int64), block), window
+    lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
+                         f"(SELECT MAX(rowid) FROM {table})").fetchone()
+    if lo is None:
+        return Floors(0, np.empty(0, np.int64), block), 0
+    sql = f"SELECT MIN({start}), MAX({start}) FROM {table} WHERE rowid BETWEEN ? AND ?"
+    least = np.full((int(hi) - int(lo)) // block + 1, _NEVER, dtype=np.int64)
+    bounds: list[tuple[int, int]] = []
+    for i, first in enumerate(range(int(lo), int(hi) + 1, block)):
+        low, high = con.execute(sql, (first, first + block - 1)).fetchone()
+        if low is not None:
+            least[i] = int(low)
+            bounds.append((int(low), int(high)))
+    return Floors(int(lo), least, block), window_of(bounds, block)
 
 
 def _raw(rows: np.ndarray) -> np.ndarray:

@@ -28,10 +28,8 @@ import numpy as np
 
 from prvstream.daemon.nsys import _readerchild, presort, rowfill, tables
 from prvstream.daemon.nsys._readerchild import (
-    FLOORS,
     FRAME,
     STATUS_BAD_VALUE,
-    STATUS_FLOORS,
     STATUS_OK,
     STATUS_TEXTS,
     STATUS_WINDOW,
@@ -207,13 +205,6 @@ class ReaderLease:
         numbering): each row's last value is an inline text or NULL; a row with one gets
         ``numbering(texts)``'s id in that field.
         """
-        sid = self.open_stream(sql, dtype, layout, chunk_rows, scan, inline, window=window)
-        return self._chunks(sid, dtype, chunk_rows, what, scan is not None, inline)
-
-    def open_stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
-                    scan: tuple[str, str, str, str] | None = None,
-                    inline: InlineTexts | None = None, *, window: int | None = None) -> int:
-        """Start ``stream``'s query in the child; its id, for ``chunks`` or ``drop``."""
         p = self._process
         sid = p.new_id()
         offsets, sizes = layout
@@ -234,38 +225,7 @@ class ReaderLease:
         for _ in range(AHEAD):
             p.request_next(sid, chunk_rows)
         self._open.add(sid)
-        return sid
-
-    def chunks(self, sid: int, dtype: np.dtype, chunk_rows: int, what: str
-               ) -> Iterator[np.ndarray]:
-        """The chunks of a stream ``open_stream`` started (without ``scan`` or ``inline``)."""
-        return self._chunks(sid, dtype, chunk_rows, what, False, None)
-
-    def drop(self, sid: int) -> None:
-        """Close a stream whose chunks are not wanted (its answers read and dropped)."""
-        if sid in self._open and not self._process.broken:
-            self._open.discard(sid)
-            self._process.drain(sid)
-
-    def floors(self, table: str, start: str, block: int) -> int:
-        """Ask the child for a join's floors over ``table`` (``storage_order.block_floors``);
-        the request's id, for ``floors_answer``."""
-        p = self._process
-        sid = p.new_id()
-        p.send({"op": "floors", "id": sid, "table": table, "start": start, "block": block})
-        p.expect_reply(sid)
-        self._open.add(sid)
-        return sid
-
-    def floors_answer(self, sid: int) -> tuple[int, np.ndarray, int] | None:
-        """(first rowid, the blocks' least starts, reorder window) of a ``floors`` request, or
-        None when the child could not read them."""
-        status, payload = self._process.receive(sid)
-        self._open.discard(sid)
-        if status != STATUS_FLOORS:
-            return None
-        first, window = FLOORS.unpack_from(payload)
-        return first, np.frombuffer(payload, dtype=np.int64, offset=FLOORS.size), window
+        return self._chunks(sid, dtype, chunk_rows, what, scan is not None, inline)
 
     def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int, what: str,
                 presorted: bool, inline: InlineTexts | None) -> Iterator[np.ndarray]:

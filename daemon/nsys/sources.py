@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.nsys import joinscan, storage_order, tables
-from prvstream.daemon.nsys import presort as presort_buffer
+from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export
 from prvstream.sinks.logger import get_logger
 
@@ -70,69 +69,21 @@ class ReaderSource:
         self._local = InProcessSource(export, chunk_rows, presort=presort)
         self._started: dict[str, Iterator[np.ndarray]] = {}
         for kind in kinds:
+            spec = registry.get(kind)
             sql = tables.select_sql(export, kind)
-            parts = None if sql is None or not presort else tables.join_parts(
-                export, kind, chunk_rows)
-            if sql is None:
-                self._started[kind] = iter(())
-            elif parts is not None:  # its floors and parts read by the reader from now on
-                self._started[kind] = self._joined(export, lease, kind, sql, *parts,
-                                                   chunk_rows, presort=presort)
-            else:
-                self._started[kind] = self._ordered(export, lease, kind, sql, chunk_rows,
-                                                    presort=presort)
 
-    @staticmethod
-    def _ordered(export: Export, lease: ReaderLease, kind: str, sql: str, chunk_rows: int,
-                 *, presort: bool) -> Iterator[np.ndarray]:
-        """The kind's ordered SELECT (or storage-order scan) read by the reader."""
-        spec = registry.get(kind)
-        inline = (spec.inline_text, _numbering(export)) if spec.inline_text else None
-        scan = tables.scan_plan(export, kind) if presort else None
-        # a table whose bounds a join read already (its driving table): not read again
-        window = None if scan is None else export.known_window(*scan[1:])
-        return lease.stream(sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan,
-                            inline, window=window)
+            def part(part_sql: str, wide: np.dtype, kind: str = kind) -> Iterator[np.ndarray]:
+                return lease.stream(part_sql, wide, tables.fetch_layout(wide), chunk_rows, kind)
 
-    @classmethod
-    def _joined(cls, export: Export, lease: ReaderLease, kind: str, sql: str, driver: str,
-                part_sqls: list[str], chunk_rows: int, *, presort: bool
-                ) -> Iterator[np.ndarray]:
-        """A join kind read in storage order (``joinscan``): the reader reads its driving
-        table's floors (not this process: its planning goes on meanwhile) and starts its
-        parts at once; the first chunk asked for takes the floors, and when the table is too
-        far from start order drops the parts for the ordered SELECT (when the reader could
-        not read the floors, this process reads them, as ``tables.join_stream``)."""
-        floors = lease.floors(driver, '"start"', storage_order.BLOCK)
-        wide = joinscan.scan_dtype(registry.get(kind).dtype)
-        sids = [lease.open_stream(part, wide, tables.fetch_layout(wide), chunk_rows)
-                for part in part_sqls]
-        return cls._merged(export, lease, kind, sql, driver, floors, sids, wide, chunk_rows,
-                           presort=presort)
-
-    @classmethod
-    def _merged(cls, export: Export, lease: ReaderLease, kind: str, sql: str, driver: str,
-                floors: int, sids: list[int], wide: np.dtype, chunk_rows: int, *,
-                presort: bool) -> Iterator[np.ndarray]:
-        found = lease.floors_answer(floors)
-        if found is not None:
-            first, least, window = found
-            export.note_window(driver, '"start"', "", window)
-            if 0 < window <= presort_buffer.MAX_WINDOW:
-                floor = joinscan.Floors(first, least, storage_order.BLOCK)
-                yield from joinscan.merge([lease.chunks(sid, wide, chunk_rows, kind)
-                                           for sid in sids], floor, registry.get(kind).dtype,
-                                          chunk_rows)
-                return
-        for sid in sids:
-            lease.drop(sid)
-        if found is None:
-            joined = tables.join_stream(export, kind, chunk_rows, lambda part, dtype: (
-                lease.stream(part, dtype, tables.fetch_layout(dtype), chunk_rows, kind)))
-            if joined is not None:
-                yield from joined
-                return
-        yield from cls._ordered(export, lease, kind, sql, chunk_rows, presort=presort)
+            joined = None if sql is None or not presort else tables.join_stream(
+                export, kind, chunk_rows, part)
+            inline = (spec.inline_text, _numbering(export)) if spec.inline_text else None
+            scan = tables.scan_plan(export, kind) if presort else None
+            # a table whose bounds a join read already (its driving table): not read again
+            window = None if scan is None else export.known_window(*scan[1:])
+            self._started[kind] = iter(()) if sql is None else joined or lease.stream(
+                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,
+                window=window)
 
     @property
     def kinds(self) -> list[str]:

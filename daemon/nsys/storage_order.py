@@ -19,17 +19,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["BLOCK", "NEVER", "block_bounds", "block_floors", "reorder_window", "window_of"]
+__all__ = ["BLOCK", "block_bounds", "reorder_window", "window_of"]
 
 #: rowids per block whose start bounds are read. The window is a whole number of blocks, so
 #: small blocks bound it tighter: on the synthetic exports 512 holds back 32k rows over the
 #: seven tables against 66k with 4096 (about 2.5 MiB less in the converter), for the same
 #: rows scanned in 8x the (short) range queries
 BLOCK = 512
-
-
-#: the least start of a block without rows (the int64 maximum)
-NEVER = (1 << 63) - 1
 
 
 def block_bounds(con: sqlite3.Connection, table: str, start: str, where: str = "",
@@ -96,28 +92,3 @@ def reorder_window(con: sqlite3.Connection, table: str, start: str, where: str =
                    block: int = BLOCK) -> int:
     """``window_of`` the table's blocks (see the module docstring)."""
     return _window(*_block_columns(con, table, start, where, block), block)
-
-
-def block_floors(con: sqlite3.Connection, table: str, start: str, block: int = BLOCK
-                 ) -> tuple[int, array[int], int]:
-    """(first rowid, least start of each block of ``block`` rowids from it on, ``NEVER`` for
-    a block without rows; the reorder window ``reorder_window`` gives): a join's floors over
-    its driving table (``joinscan``), read by this process or the reader process.
-
-    ``table`` and ``start`` are quoted identifiers."""
-    least = array("q")
-    lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
-                         f"(SELECT MAX(rowid) FROM {table})").fetchone()
-    if lo is None:
-        return 0, least, 0
-    sql = f"SELECT MIN({start}), MAX({start}) FROM {table} WHERE rowid BETWEEN ? AND ?"
-    least_of, greatest_of = array("q"), array("q")
-    for first in range(int(lo), int(hi) + 1, block):
-        low, high = con.execute(sql, (first, first + block - 1)).fetchone()
-        if low is None:
-            least.append(NEVER)
-        else:
-            least.append(int(low))
-            least_of.append(int(low))
-            greatest_of.append(int(high))
-    return int(lo), least, _window(least_of, greatest_of, block)

@@ -39,7 +39,6 @@ __all__ = [
     "available_kinds",
     "chunks",
     "fetch_layout",
-    "join_parts",
     "join_stream",
     "not_integer",
     "read_failed",
@@ -165,27 +164,17 @@ def join_stream(export: Export, kind: str, chunk_rows: int,
     """A join kind's chunks from its parts read in storage order (``joinscan``), each part's
     chunks from ``open_part(sql, dtype)``; None when the kind has no such parts or its driving
     table is too far from start order (its ordered SELECT is to run)."""
-    found = join_parts(export, kind, chunk_rows)
-    if found is None:
-        return None
-    driver, parts = found
-    return joinscan.stream(export.connection, driver, parts, registry.get(kind).dtype,
-                           chunk_rows, open_part, reorder_buffer.MAX_WINDOW,
-                           lambda window: export.note_window(driver, '"start"', "", window))
-
-
-def join_parts(export: Export, kind: str, chunk_rows: int) -> tuple[str, list[str]] | None:
-    """(driving table, quoted; its parts' SELECTs) of a join kind ``join_stream`` reads in
-    storage order (its floors not read yet), or None: no such parts, or the driving table is
-    planned to fit in a chunk (SQLite sorts it in memory, no bounds read)."""
     spec = registry.get(kind)
     found = spec.scan_parts(export) if spec.scan_parts is not None else None
     if found is None:
         return None
     known = export.known_rows(found[0], "")
     if known is not None and known <= chunk_rows:
-        return None
-    return quote_identifier(found[0]), found[1]
+        return None  # planned to fit in a chunk: SQLite sorts it in memory, no bounds read
+    driver = quote_identifier(found[0])
+    return joinscan.stream(export.connection, driver, found[1], spec.dtype, chunk_rows,
+                           open_part, reorder_buffer.MAX_WINDOW,
+                           lambda window: export.note_window(driver, '"start"', "", window))
 
 
 def _reorder_window(export: Export, table: str, start: str, where: str) -> int:

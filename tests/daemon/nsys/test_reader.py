@@ -226,12 +226,11 @@ def test_a_prefetched_report_closed_unread_frees_the_reader(job: list[Path]) -> 
     again.release()
 
 
-def test_the_join_driver_s_bounds_are_read_by_the_reader(
-        job: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comm join's floors over the API table are read by the reader process (this
-    process reads none), which keeps their window for the API table's own stream: the same
-    window as ``reorder_window``, the same chunks as in-process."""
-    from prvstream.daemon.nsys import joinscan
+def test_the_join_driver_s_bounds_are_read_once(job: list[Path],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comm join reads the API table's block bounds (its floors) in this process; the API
+    table's own stream then sends their window with it, which the child takes instead of
+    reading the same bounds again: the same window, the same chunks as in-process."""
     from prvstream.daemon.nsys.storage_order import reorder_window
 
     sent: list[dict[str, object]] = []
@@ -247,39 +246,17 @@ def test_the_join_driver_s_bounds_are_read_by_the_reader(
         kinds = ["comm", "runtime"]
         source = sources.open_source(export, kinds, chunk)
         assert isinstance(source, sources.ReaderSource)
-        with monkeypatch.context() as m:
-            m.setattr(joinscan, "floors", lambda *a: pytest.fail("floors read in-process"))
-            try:
-                got = {kind: np.concatenate(list(source.chunks(kind))) for kind in kinds}
-            finally:
-                source.close()
+        try:
+            got = {kind: np.concatenate(list(source.chunks(kind))) for kind in kinds}
+        finally:
+            source.close()
         scan = tables.scan_plan(export, "runtime")
         assert scan is not None
-        assert [r["table"] for r in sent if r.get("op") == "floors"] == [scan[1]]
-        assert export.known_window(*scan[1:]) == reorder_window(export.connection,
-                                                                *scan[1:]) > 0
+        window = export.known_window(*scan[1:])
+        assert window == reorder_window(export.connection, *scan[1:]) > 0
+        presorts = [p for r in sent if r.get("op") == "open"
+                    and isinstance(p := r.get("presort"), dict)]
+        assert [p.get("window") for p in presorts if p["table"] == scan[1]] == [window]
         for kind in kinds:
             expected = np.concatenate(list(tables.stream(export, kind, chunk)))
             assert got[kind].tobytes() == expected.tobytes(), kind
-
-
-def test_a_join_too_far_from_start_order_reads_its_ordered_select(
-        job: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """When the floors' window exceeds the reorder buffer, the parts started at once are
-    dropped and the ordered SELECT gives the same chunks."""
-    from prvstream.daemon.nsys import presort
-
-    monkeypatch.setattr(presort, "MAX_WINDOW", 1)
-    path, chunk = job[0], 16
-    with open_export(path) as export:
-        source = sources.open_source(export, ["comm", "runtime"], chunk)
-        assert isinstance(source, sources.ReaderSource)
-        try:
-            got = np.concatenate(list(source.chunks("comm")))
-            runtime = np.concatenate(list(source.chunks("runtime")))
-        finally:
-            source.close()
-        expected = np.concatenate(list(tables.stream(export, "comm", chunk, presort=False)))
-        assert got.tobytes() == expected.tobytes()
-        assert runtime.tobytes() == np.concatenate(
-            list(tables.stream(export, "runtime", chunk, presort=False))).tobytes()

@@ -134,6 +134,9 @@ def test_worker_killed_mid_finalize_completes_once(processes: Any, tmp_path: Pat
             os.kill(killed[0], signal.SIGKILL)
 
     one = _finalized(tmp_path, "one", sources)
+    # the plan takes two ranges a worker it sees: under load the scheduler can lose sight of
+    # one for a while (a missed heartbeat), which would plan two ranges, not four
+    processes.wait_for_workers(2, timeout=120)
     dask = _finalized(tmp_path, "dask", sources, dask="local:2", progress=kill_one)
     assert killed
     assert dask.pop("ranges") >= 4

@@ -202,10 +202,6 @@ class Numbering:
         index[tkey] = position + 1
         return position + 1
 
-    def trim(self, task_id: int) -> None:
-        """Nothing to do: a task's threads are rows of the table's columns (no list with
-        spare room a task)."""
-
     def find_thread(self, host: str, pid: int, key: ThreadKey) -> tuple[int, int] | None:
         """(task id, thread id) of a thread already numbered, else None (adds nothing)."""
         task_id = self._task_of(host, pid) or self._task_of(clean_label(host), pid)

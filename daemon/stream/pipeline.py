@@ -311,7 +311,6 @@ def register_report(numbering: Numbering, objects: ReportObjects,
         tasks.append(task)
         for key in sorted(threads):
             numbering.thread(task, key, threads[key])
-        numbering.trim(task)
     for group in sorted(values):
         for label in sorted(values[group]):
             numbering.value(group, label)

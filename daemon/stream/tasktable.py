@@ -214,9 +214,6 @@ class TaskTable(Sequence["TaskEntry"]):
         del self._kind[end:], self._a[end:], self._b[end:], self._name_end[end:]
         del self._names[self._name_end[end - 1] if end else 0:]
 
-    def trim(self) -> None:
-        """Nothing to trim: columns (kept for ``Numbering.trim``'s callers)."""
-
 
 #: pids added to a ``PidIndex`` kept in a dict before they are merged into its arrays
 _RECENT = 512

@@ -53,7 +53,7 @@ __all__ = [
     "header_task",
     "pcf_text",
     "rewrite_header",
-    "row_from_blocks",
+    "row_from_lines",
     "row_from_parts",
     "row_label",
     "row_line",
@@ -336,15 +336,16 @@ def row_text(layout: TraceLayout) -> str:
 def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                    threads: Sequence[Sequence[str]]) -> bytes:
     """The .row file from names already sanitized: nodes, tasks, each task's threads."""
-    return row_from_blocks(nodes, tasks, ["\n".join(names) for names in threads],
-                           sum(len(t) for t in threads))
+    return row_from_lines(nodes, len(tasks), "".join(t + "\n" for t in tasks).encode(),
+                          sum(len(t) for t in threads),
+                          "".join(n + "\n" for names in threads for n in names).encode())
 
 
 def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes | bytearray,
                    threads: int, thread_lines: bytes | bytearray) -> bytes:
-    """``row_from_blocks`` with every task's and every thread's name already encoded and
-    newline-ended, each level's in one buffer in order (a live trace keeps them so between
-    appends: no string a task)."""
+    """The .row file with every task's and every thread's name already sanitized, encoded
+    and newline-ended, each level's in one buffer in order (a live trace keeps them so
+    between appends: no string a task); ``tasks`` and ``threads`` count them."""
     nodes = nodes or ["node"]
     out = [f"LEVEL CPU SIZE {len(nodes)}"]
     out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
@@ -354,15 +355,3 @@ def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes | bytearr
                      f"\nLEVEL THREAD SIZE {threads}\n".encode(), thread_lines))
 
 
-def row_from_blocks(nodes: Sequence[str], tasks: Sequence[str], thread_blocks: Sequence[str],
-                    threads: int) -> bytes:
-    """``row_from_parts`` with each task's thread names joined by newlines ("" for none),
-    ``threads`` of them in all (a live trace keeps one string a task between appends)."""
-    nodes = nodes or ["node"]
-    out = [f"LEVEL CPU SIZE {len(nodes)}"]
-    out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
-    out += ["", f"LEVEL NODE SIZE {len(nodes)}", *nodes]
-    out += ["", f"LEVEL TASK SIZE {len(tasks)}", *tasks]
-    out += ["", f"LEVEL THREAD SIZE {threads}"]
-    out += [block for block in thread_blocks if block]
-    return ("\n".join(out) + "\n").encode()

@@ -53,7 +53,8 @@ class DigestIndex:
         """Forget every digest added with an index of ``count`` or more (a digest added
         again is forgotten with its last add: the add replaced its older index)."""
         dropped = [d for d, i in self._recent.items() if i >= count]
-        self._recent = {d: i for d, i in self._recent.items() if i < count}
+        for d in dropped:
+            del self._recent[d]
         keep = self._indexes < count
         if dropped and len(self._digests):
             keep &= ~np.isin(self._digests, np.array(dropped, f"S{_SIZE}"))

@@ -420,8 +420,10 @@ class Job:
                 landed.discard(id(item))
             else:
                 self.flow.gone(item.path)  # skipped: already in, or set aside
-        if failed:  # what is left before the failed report, and it, one by one
-            self._alone = items.index(failed[0]) + 1 - taken - (0 if taken else 1)
+        if failed:  # the items left up to the failed report, it included, one by one
+            left = items.index(failed[0]) + 1 - taken
+            # nothing taken: the caller appends the head alone now, ``_alone`` the rest
+            self._alone = left if taken else left - 1
         return taken
 
     def _duplicate(self, item: Append, exc: DuplicateReport) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
+from prvstream.daemon.nsys import heldjoin
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.sources import InProcessSource
 from prvstream.sinks.errors import PrvstreamError
@@ -106,12 +107,19 @@ def read_early(export: Export, kinds: list[str], limit: int, chunk_rows: int, *,
 def hold(spill: RowSpill, export: Export, kinds: list[str],
          early: Mapping[str, list[np.ndarray]], chunk_rows: int, *,
          presort: bool = True) -> HeldRows | None:
-    """After the plan: read the kinds ``read_early`` left, and put every kind's chunks in
+    """After the plan: read the kinds ``read_early`` left (the comm arrows joined from the
+    held rows where ``heldjoin`` can), and put every kind's chunks in
     ``spill``; the export reconnects from now on only if something not held is asked for.
     None when a read fails (the report then streams from the export, and meets it there)."""
-    late = _read(export, [k for k in kinds if k not in early], chunk_rows, presort)
+    todo = [k for k in kinds if k not in early]
+    # the arrows joined from the held rows where that gives SQLite's rows (issue 11)
+    joined = heldjoin.comm_chunks(export, early, chunk_rows) if "comm" in todo else None
+    late = _read(export, [k for k in todo if k != "comm" or joined is None], chunk_rows,
+                 presort)
     if late is None:
         return None
+    if joined is not None:
+        late["comm"] = joined
     held = spill.put({k: early[k] if k in early else late[k] for k in kinds})
     export.reopen_on_use()
     return held

@@ -1,7 +1,8 @@
 """The C heap's trimming and arenas, set once per process: glibc returns freed memory to the
 system so eagerly that every small report faulted its pages in again (issue 11's per-report
 cost); the .prv writer's thread shares the heap. A big report's freed memory is returned once,
-when its streaming ends (``release_freed``).
+when its streaming ends (``release_freed``). The daemon instead maps its large blocks
+(``map_large_blocks``): what a long-lived process frees of them must not stay resident.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Final
 
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["MALLOC_ENV", "RELEASE_ROWS", "keep_freed_memory", "release_freed"]
+__all__ = ["DAEMON_MMAP_BYTES", "MALLOC_ENV", "RELEASE_ROWS", "keep_freed_memory",
+           "map_large_blocks", "release_freed"]
 
 log = get_logger(__name__)
 
@@ -38,6 +40,13 @@ ARENAS: Final = 1
 MALLOC_ENV: Final = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHOLD_",
                      "MALLOC_ARENA_MAX")
 
+#: the daemon's blocks from this size on get pages of their own, returned whole when freed
+#: (glibc's first threshold, held fixed): glibc raises its threshold to the size of each
+#: mapped block freed, after which the model's growing columns, the packed rows and each
+#: commit's buffers came from the heap and left holes in it that stayed resident (10,000 tiny
+#: reports: 13.6 MiB free inside the heap at the end)
+DAEMON_MMAP_BYTES: Final = 128 << 10
+
 #: a report of at least this many rows returns the heap's free pages when its streaming ends
 #: (``release_freed``): the end of a report builds its summary records as Python objects,
 #: which take pages of their own while the heap's free holes stay resident (10M rows: the
@@ -49,6 +58,32 @@ _done = False
 _trim: Callable[[int], int] | None = None
 
 
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's ``mallopt``, or None where the environment tunes malloc itself or the C library
+    is not glibc (its own policy stays)."""
+    if any(os.environ.get(name) for name in MALLOC_ENV) or "malloc" in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        return None
+    try:  # the C library the interpreter is linked with (find_library would run ldconfig)
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+def map_large_blocks() -> bool:
+    """For the daemon: blocks of ``DAEMON_MMAP_BYTES`` and more always get pages of their own
+    (glibc only; not when the environment tunes malloc itself), so that what a long-lived
+    process frees of them is returned instead of staying resident as holes in the heap.
+    Returns whether the heap was tuned."""
+    mallopt = _mallopt()
+    done = mallopt is not None and mallopt(_M_MMAP_THRESHOLD, DAEMON_MMAP_BYTES) == 1
+    log.debug("heap_large_blocks_mapped", done=done, mmap_bytes=DAEMON_MMAP_BYTES)
+    return done
+
+
 def keep_freed_memory() -> bool:
     """Keep up to ``TRIM_BYTES`` of freed memory for the next report instead of returning it
     page by page (once; glibc only; not when the environment tunes malloc itself). Returns
@@ -57,15 +92,9 @@ def keep_freed_memory() -> bool:
     if _done:
         return False
     _done = True
-    if any(os.environ.get(name) for name in MALLOC_ENV) or "malloc" in os.environ.get(
-            "GLIBC_TUNABLES", ""):
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
-    try:  # the C library the interpreter is linked with (find_library would run ldconfig)
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc: its own policy stays
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
     done = all(mallopt(param, value) == 1 for param, value in (
         (_M_TRIM_THRESHOLD, TRIM_BYTES), (_M_MMAP_THRESHOLD, MMAP_BYTES),
         (_M_TOP_PAD, PAD_BYTES), (_M_ARENA_MAX, ARENAS)))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 
+from prvstream.daemon import heap
 from prvstream.daemon.config import Settings
 from prvstream.daemon.service.faults import probe_dir
 from prvstream.daemon.service.watch import Service
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise StateDirUnusable(
             f"state directory {settings.state_dir} is unusable ({problem}); fix it or "
             "choose another --state")
+    heap.map_large_blocks()  # a long-lived process: freed large blocks are returned
     service = Service(list(args.roots), settings, once=args.once,
                       exit_when_finalized=args.exit_when_finalized)
     anyio.run(service.run)

@@ -96,3 +96,47 @@ def test_a_big_report_returns_the_heaps_free_pages_once_it_has_streamed(tune: bo
     assert kept_kib < 1024
     assert big == tune
     assert (returned_kib > 12 * 1024) if tune else (returned_kib < 1024)
+
+
+_MAPPED = """
+import sys
+from pathlib import Path
+from prvstream.daemon import heap
+tuned = heap.map_large_blocks() if sys.argv[1] == "1" else False
+import numpy as np
+
+def anon():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+big = np.ones(1 << 18)  # 2 MiB, mapped: freeing it raises glibc's own threshold past 512 KiB
+del big
+held = [np.ones(1 << 16) for _ in range(64)]  # 512 KiB blocks: 32 MiB touched
+before = anon()
+del held[::2]  # half of them freed, between the others
+print(int(tuned), before - anon())
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                    reason="the heap is tuned with glibc's mallopt only")
+@pytest.mark.parametrize("tune", [True, False])
+def test_the_daemon_returns_the_large_blocks_it_frees(tune: bool) -> None:
+    """With ``map_large_blocks`` (the daemon) a freed block of 512 KiB goes back to the system
+    even after a larger one was freed; with glibc's own policy it stays, a hole in the heap."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _MAPPED, "1" if tune else "0"], env=clean,
+                         capture_output=True, text=True, check=True)
+    tuned, returned_kib = map(int, out.stdout.splitlines()[-1].split())
+    assert tuned == tune
+    assert (returned_kib > 12 * 1024) if tune else (returned_kib < 4 * 1024)
+
+
+def test_the_daemon_leaves_the_users_malloc_tuning_alone() -> None:
+    out = subprocess.run([sys.executable, "-c", "from prvstream.daemon import heap; "
+                          "print(int(heap.map_large_blocks()))"],
+                         env={**os.environ, "MALLOC_ARENA_MAX": "2"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.split()[-1] == "0"

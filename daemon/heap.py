@@ -1,8 +1,8 @@
 """The C heap's trimming and arenas, set once per process: glibc returns freed memory to the
 system so eagerly that every small report faulted its pages in again (issue 11's per-report
 cost); the .prv writer's thread shares the heap. A big report's freed memory is returned once,
-when its streaming ends (``release_freed``). The daemon instead maps its large blocks
-(``map_large_blocks``): what a long-lived process frees of them must not stay resident.
+when its streaming ends (``release_freed``). The daemon instead maps its large blocks and
+keeps one arena (``tune_daemon_heap``): what a long-lived process frees must not stay resident.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Final
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["DAEMON_MMAP_BYTES", "MALLOC_ENV", "RELEASE_ROWS", "keep_freed_memory",
-           "map_large_blocks", "release_freed"]
+           "release_freed", "tune_daemon_heap"]
 
 log = get_logger(__name__)
 
@@ -73,14 +73,18 @@ def _mallopt() -> Callable[[int, int], int] | None:
     return mallopt
 
 
-def map_large_blocks() -> bool:
-    """For the daemon: blocks of ``DAEMON_MMAP_BYTES`` and more always get pages of their own
-    (glibc only; not when the environment tunes malloc itself), so that what a long-lived
-    process frees of them is returned instead of staying resident as holes in the heap.
-    Returns whether the heap was tuned."""
+def tune_daemon_heap() -> bool:
+    """For the daemon (glibc only; not when the environment tunes malloc itself): blocks of
+    ``DAEMON_MMAP_BYTES`` and more always get pages of their own, so that what a long-lived
+    process frees of them is returned instead of staying resident as holes in the heap, and
+    its threads (the event loop's, the appends' workers, the .prv writer's) share one arena,
+    so that what one frees is reused by the others instead of staying free in its own (10,000
+    tiny reports: 6.2 MiB free inside the heaps at the end with an arena a thread, 3.7 with
+    one). Returns whether the heap was tuned."""
     mallopt = _mallopt()
-    done = mallopt is not None and mallopt(_M_MMAP_THRESHOLD, DAEMON_MMAP_BYTES) == 1
-    log.debug("heap_large_blocks_mapped", done=done, mmap_bytes=DAEMON_MMAP_BYTES)
+    done = mallopt is not None and all(mallopt(param, value) == 1 for param, value in (
+        (_M_MMAP_THRESHOLD, DAEMON_MMAP_BYTES), (_M_ARENA_MAX, ARENAS)))
+    log.debug("daemon_heap_tuned", done=done, mmap_bytes=DAEMON_MMAP_BYTES, arenas=ARENAS)
     return done
 
 

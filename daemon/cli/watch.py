@@ -32,7 +32,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise StateDirUnusable(
             f"state directory {settings.state_dir} is unusable ({problem}); fix it or "
             "choose another --state")
-    heap.map_large_blocks()  # a long-lived process: freed large blocks are returned
+    heap.tune_daemon_heap()  # a long-lived process: what it frees must not stay resident
     service = Service(list(args.roots), settings, once=args.once,
                       exit_when_finalized=args.exit_when_finalized)
     anyio.run(service.run)

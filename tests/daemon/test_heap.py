@@ -102,7 +102,7 @@ _MAPPED = """
 import sys
 from pathlib import Path
 from prvstream.daemon import heap
-tuned = heap.map_large_blocks() if sys.argv[1] == "1" else False
+tuned = heap.tune_daemon_heap() if sys.argv[1] == "1" else False
 import numpy as np
 
 def anon():
@@ -123,7 +123,7 @@ print(int(tuned), before - anon())
                     reason="the heap is tuned with glibc's mallopt only")
 @pytest.mark.parametrize("tune", [True, False])
 def test_the_daemon_returns_the_large_blocks_it_frees(tune: bool) -> None:
-    """With ``map_large_blocks`` (the daemon) a freed block of 512 KiB goes back to the system
+    """With ``tune_daemon_heap`` (the daemon) a freed block of 512 KiB goes back to the system
     even after a larger one was freed; with glibc's own policy it stays, a hole in the heap."""
     clean = {k: v for k, v in os.environ.items()
              if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
@@ -136,7 +136,7 @@ def test_the_daemon_returns_the_large_blocks_it_frees(tune: bool) -> None:
 
 def test_the_daemon_leaves_the_users_malloc_tuning_alone() -> None:
     out = subprocess.run([sys.executable, "-c", "from prvstream.daemon import heap; "
-                          "print(int(heap.map_large_blocks()))"],
+                          "print(int(heap.tune_daemon_heap()))"],
                          env={**os.environ, "MALLOC_ARENA_MAX": "2"}, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split()[-1] == "0"

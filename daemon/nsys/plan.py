@@ -58,6 +58,15 @@ class ExportPlan(msgspec.Struct, forbid_unknown_fields=True):
 _FIELDS_BY_SQL: dict[tuple[int, str], dict[str, str]] = {}
 _FIELDS_KEPT = 512
 
+#: the greatest integer ``wrap_i4``'s SQL wraps in integers (past it, SQLite's sum is a REAL)
+_WRAP_SAFE = (1 << 63) - 1 - (1 << 31)
+
+
+def _wrap_i4(value: int) -> int:
+    """``wrap_i4``'s SQL on an integer of at most ``_WRAP_SAFE``."""
+    return ((value + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
 #: a kind's rows read before planning: its chunks, every row of its one table
 HeldChunks = Mapping[str, Sequence[np.ndarray]]
 
@@ -182,12 +191,28 @@ class _Planner:
             for (key_name, _), fld in zip(values, fields[3:], strict=True):
                 self._see_all(key_name, rows[fld])
             return
-        for g, d, s in self.x.rows(f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}"):
-            key = (int(g), int(d), int(s))  # type: ignore[call-overload]
-            target.add(key)
+        target.update(self._stream_keys(table, keys))
         self.count(kind, self.x.count_rows(table))
         for key_name, column in values:
             self._distinct(key_name, table, column)
+
+    def _stream_keys(self, table: str, keys: list[str]) -> set[tuple[int, int, int]]:
+        """The distinct (globalPid, deviceId, streamId) of ``table``: a DISTINCT of the bare
+        columns, the ids wrapped here as ``wrap_i4`` wraps them (SQLite evaluates no
+        expression per row); the DISTINCT of the ``keys`` expressions themselves where a
+        value is not an integer those expressions wrap alike."""
+        bare = [_q(c) if self.x.has(table, c) else "-1"
+                for c in ("globalPid", "deviceId", "streamId")]
+        out: set[tuple[int, int, int]] = set()
+        for row in self.x.rows(f"SELECT DISTINCT {', '.join(bare)} FROM {_q(table)}"):
+            g, d, s = (-1 if v is None else v for v in row)
+            if not (type(g) is int and type(d) is int and type(s) is int
+                    and d <= _WRAP_SAFE and s <= _WRAP_SAFE):
+                return {(int(g), int(d), int(s))  # type: ignore[call-overload]
+                        for g, d, s in self.x.rows(
+                            f"SELECT DISTINCT {', '.join(keys)} FROM {_q(table)}")}
+            out.add((g, _wrap_i4(d), _wrap_i4(s)))
+        return out
 
     def cpu(self, kind: str, src: KindSource, value: str) -> None:
         """CPU call table: threads, rows and the distinct values of ``value`` (SQL) when the

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from prvstream.daemon.kinds.registry import TABLE_KINDS
+from prvstream.daemon.kinds.sql import wrap_i4 as wrap
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export, open_export, process_of
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
@@ -357,6 +358,29 @@ def test_synthetic_plan(tmp_path: Path) -> None:
         assert plan.values["openacc"] == [12]
         assert plan.values["gpu_metrics"] == [2, 3]
         assert plan.gpu_metrics == [(0, 3), (1, 2)]
+
+
+@pytest.mark.parametrize("ids", [
+    pytest.param([(0, 4294967295), (None, None), ((1 << 40) + 3, -5),
+                  ((1 << 63) - 1 - (1 << 31), 0), (-(1 << 63), 2147483648)], id="integers"),
+    pytest.param([(0, 4294967295), (1.0, 2), ("7", 3), (2.5, None)], id="not-integers"),
+    pytest.param([(0, 1), ((1 << 63) - 1, 0)], id="sum-past-int64"),
+])
+def test_stream_keys_are_the_wrapped_distinct(tmp_path: Path, ids: list[tuple[object, object]]
+                                              ) -> None:
+    """The plan's GPU stream keys (bare columns, wrapped in Python) are the DISTINCT of the
+    int32-wrapping SQL, whatever the stored values."""
+    path = _synthetic(tmp_path / "s.sqlite")
+    with sqlite3.connect(path) as con:
+        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, "
+                        "correlationId, globalPid, shortName, demangledName) "
+                        "VALUES (1300, 1400, ?, ?, 8, ?, 2, 2)", [(d, s, G) for d, s in ids])
+        want = {(int(g), int(d), int(s)) for g, d, s in con.execute(
+            f"SELECT DISTINCT COALESCE(globalPid, -1), {wrap('COALESCE(deviceId, -1)')}, "
+            f"{wrap('COALESCE(streamId, -1)')} FROM CUPTI_ACTIVITY_KIND_KERNEL")}
+    con.close()
+    with open_export(path) as export:
+        assert export.plan().streams == sorted(want)
 
 
 @pytest.mark.parametrize(("sysclock", "metadata", "final", "complete", "host"), [

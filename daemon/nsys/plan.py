@@ -227,12 +227,19 @@ class _Planner:
                 self._see_all(kind, rows[named])
             return
         where = f" WHERE {src.where}" if src.where else ""
+        if self._values_wanted:
+            # threads and values in one scan: a thread calls few distinct functions, so the
+            # pairs are few, and SQLite reads the table once instead of twice
+            gtid = _q("globalTid") if self.x.has(t, "globalTid") else "-1"
+            for g, v in self.x.rows(f"SELECT DISTINCT {gtid}, {value} FROM {_q(t)}{where}"):
+                self.thread(-1 if g is None else int(g))  # type: ignore[call-overload]
+                self.see(kind, int(v))  # type: ignore[call-overload]
+            self.count(kind, self.x.count_rows(t, src.where))
+            return
         for (g,) in self.x.rows(f"SELECT DISTINCT {self.col(t, 'globalTid')} FROM {_q(t)}"
                                 f"{where}"):
             self.thread(int(g))  # type: ignore[call-overload]
         self.count(kind, self.x.count_rows(t, src.where))
-        if self._values_wanted:
-            self._distinct(kind, t, value, where)
 
     # -- the plan ----------------------------------------------------------------------------
     def run(self) -> ExportPlan:

@@ -107,7 +107,8 @@ def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
                                   model=model, progress=progress, summary_jsonl=history)
         else:
             result = convert(args.inputs, out, settings, model=model, progress=progress,
-                             summary_jsonl=history, helper=True, sync_dir=False)
+                             summary_jsonl=history, helper=True, sync_dir=False,
+                             retire_reader=True)
     finally:
         if progress is not None:
             progress.close()

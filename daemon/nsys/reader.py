@@ -39,7 +39,8 @@ from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["InlineTexts", "ReaderLease", "ReaderProcess", "enabled", "lease", "shutdown"]
+__all__ = ["InlineTexts", "ReaderLease", "ReaderProcess", "enabled", "lease", "retire",
+           "shutdown"]
 
 log = get_logger(__name__)
 
@@ -88,6 +89,8 @@ class ReaderProcess:
         #: requests sent and not yet answered, per stream
         self._outstanding: dict[int, int] = {}
         self.broken = False
+        #: asked to quit (``retire``): not leased again, reaped by ``close``
+        self.retired = False
         log.debug("reader_started", pid=self._proc.pid)
 
     @property
@@ -96,8 +99,8 @@ class ReaderProcess:
 
     @property
     def alive(self) -> bool:
-        """Running and not known to be broken."""
-        return not self.broken and self._proc.poll() is None
+        """Running, not retired and not known to be broken."""
+        return not self.broken and not self.retired and self._proc.poll() is None
 
     def send(self, request: dict[str, object]) -> None:
         try:
@@ -167,12 +170,23 @@ class ReaderProcess:
             f"the reader process failed: {what} (exit code {code}); the conversion can be "
             f"retried, and PRVSTREAM_READER=0 reads exports in-process instead")
 
+    def retire(self) -> None:
+        """Ask the child to quit without waiting for it: it ends while this process goes on
+        (``close`` reaps it). A failed request is left to ``close``, which kills the child."""
+        if self.retired or self._proc.poll() is not None:
+            return
+        self.retired = True
+        with contextlib.suppress(PrvstreamError, OSError):
+            self.send({"op": "quit"})
+            self._in.close()
+
     def close(self) -> None:
         """Ask the child to quit (kill it if it does not) and close the pipes."""
         if self._proc.poll() is None:
             try:
-                self.send({"op": "quit"})
-                self._in.close()
+                if not self._in.closed:
+                    self.send({"op": "quit"})
+                    self._in.close()
                 self._proc.wait(timeout=5)
             except (PrvstreamError, OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
@@ -330,6 +344,15 @@ def _release() -> None:
     global _busy
     with _lock:
         _busy = False
+
+
+def retire() -> None:
+    """Let the reader process quit now if it is idle, without waiting for it: a batch whose
+    last report has streamed has it end while this process writes the outputs, instead of
+    waiting for it at exit (``shutdown`` reaps it); a later lease starts another."""
+    with _lock:
+        if _reader is not None and not _busy:
+            _reader.retire()
 
 
 @atexit.register

@@ -5,6 +5,7 @@ the one place that chooses between them. Both give the same chunks, hence the sa
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -18,7 +19,8 @@ from prvstream.sinks.logger import get_logger
 if TYPE_CHECKING:
     from prvstream.daemon.nsys.reader import ReaderLease
 
-__all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "reader_kinds"]
+__all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "reader_kinds",
+           "retire_reader"]
 
 log = get_logger(__name__)
 
@@ -137,6 +139,14 @@ def _lease(export: Export) -> ReaderLease | None:
     from prvstream.daemon.nsys import reader
 
     return reader.lease(export.path) if reader.enabled() else None
+
+
+def retire_reader() -> None:
+    """``reader.retire``: the idle reader process quits now (a batch's last report has
+    streamed); nothing when no reader was started (its module is not loaded for this)."""
+    module = sys.modules.get("prvstream.daemon.nsys.reader")
+    if module is not None:
+        module.retire()
 
 
 def _weighed(kinds: Iterable[str]) -> set[str]:

@@ -171,7 +171,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
             model: EfficiencyModel | None = None,
             progress: Callable[[int, int], None] | None = None,
             summary_jsonl: Path | None = None, *, helper: bool = False,
-            sync_dir: bool = True) -> ConvertResult:
+            sync_dir: bool = True, retire_reader: bool = False) -> ConvertResult:
     """Expand, plan and convert; bad inputs are reported and skipped, the rest converted.
 
     With ``model``, every report's GPU activity is spooled during the one pass over its
@@ -189,6 +189,7 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
 
     ``sync_dir=False``: the outputs are renamed into ``out``'s directory without fsyncing it;
     the caller does, after renaming its own files there, before it reports them written.
+    ``retire_reader``: the process converts nothing after (``write_trace``).
     """
     paths, failed = expand_inputs(inputs)
     if helper and use_helper(paths, settings):
@@ -197,7 +198,8 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
         fresh = copy.deepcopy(model)  # nothing fed yet: what a second attempt starts from
         try:
             return _convert_paths(paths, list(failed), out, settings, model, progress,
-                                  summary_jsonl, helped=True, sync_dir=sync_dir)
+                                  summary_jsonl, helped=True, sync_dir=sync_dir,
+                                  retire_reader=retire_reader)
         except HelperDiverged as exc:
             log.warning("helper_diverged", reason=str(exc),
                         message=f"converting in one process: {exc}")
@@ -205,13 +207,14 @@ def convert(inputs: Iterable[str], out: Path, settings: Settings,
                 vars(model).clear()
                 vars(model).update(vars(fresh))
     return _convert_paths(paths, failed, out, settings, model, progress, summary_jsonl,
-                          helped=False, sync_dir=sync_dir)
+                          helped=False, sync_dir=sync_dir, retire_reader=retire_reader)
 
 
 def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
                    settings: Settings, model: EfficiencyModel | None,
                    progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
-                   *, helped: bool, sync_dir: bool = True) -> ConvertResult:
+                   *, helped: bool, sync_dir: bool = True,
+                   retire_reader: bool = False) -> ConvertResult:
     # several reports: a small one is read once, while planned, and streams from the spill
     spill = RowSpill() if len(paths) > 1 else None
     helper = None
@@ -223,7 +226,7 @@ def _convert_paths(paths: list[Path], failed: list[tuple[str, str]], out: Path,
             mine = paths[: int(len(paths) * OWN_SHARE)]
             helper = BatchHelper.start(paths[len(mine):], settings, len(paths), model)
         return _convert(paths, mine, failed, out, settings, model, progress, summary_jsonl,
-                        spill, helper, sync_dir)
+                        spill, helper, sync_dir, retire_reader)
     finally:
         if helper is not None:
             helper.close()
@@ -235,7 +238,7 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
              settings: Settings, model: EfficiencyModel | None,
              progress: Callable[[int, int], None] | None, summary_jsonl: Path | None,
              spill: RowSpill | None, helper: BatchHelper | None,
-             sync_dir: bool = True) -> ConvertResult:
+             sync_dir: bool = True, retire_reader: bool = False) -> ConvertResult:
     reports: list[PreparedReport] = []
     for path in mine:
         try:
@@ -298,7 +301,8 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
             model.hold_updates()  # converted together: one update (issue 11)
         result = write_trace(reports, out, settings, progress=progress,
                              sink_for=spool_for if model is not None else None, helper=helper,
-                             sync_dir=sync_dir, meanwhile=summarize)
+                             sync_dir=sync_dir, meanwhile=summarize,
+                             retire_reader=retire_reader)
         history.commit(sync_dir=sync_dir)
     finally:
         history.abandon()

@@ -20,6 +20,7 @@ import numpy as np
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
+from prvstream.daemon.nsys.sources import retire_reader as retire_idle_reader
 from prvstream.daemon.stream.claims import earlier_claims, host_claims
 from prvstream.daemon.stream.dedupe import Repeats, drop_repeats, shares_processes
 from prvstream.daemon.stream.merge import (
@@ -171,6 +172,7 @@ def write_trace(
     helper: BatchHelper | None = None,
     sync_dir: bool = True,
     meanwhile: Callable[[], None] | None = None,
+    retire_reader: bool = False,
 ) -> ConvertResult:
     """Convert planned reports into ``out``.prv/.pcf/.row (temporary files renamed in place;
     ``sync_dir=False``: the caller fsyncs their directory, with its own files renamed there).
@@ -191,6 +193,9 @@ def write_trace(
     batch convert (no ``thread_last``, ``on_batch`` or repeated records) the helper also makes
     the final merge, of its runs and this process's, and writes the records, while this
     process runs ``meanwhile``.
+
+    ``retire_reader`` (a process that converts nothing after): the reader process is let go
+    once the last report has streamed, so that it ends while the outputs are written.
     """
     started = time.perf_counter()
     remote = [] if helper is None else helper.remote
@@ -233,7 +238,11 @@ def write_trace(
             note_hostile(result.hostile, rep.path.name, ctx.hostile)
         finally:
             rep.close()
+            if retire_reader and index == last:
+                retire_idle_reader()
 
+    last = max((i for i, rep in enumerate(ordered) if isinstance(rep, PreparedReport)),
+               default=-1)
     streams = [lazy(i, rep) for i, rep in enumerate(ordered) if isinstance(rep, PreparedReport)]
     weights = None
     # the helper, idle once its own reports are converted, makes the final merge and writes

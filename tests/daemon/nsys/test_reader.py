@@ -203,6 +203,27 @@ def test_a_killed_reader_is_an_error_then_replaced(job: list[Path]) -> None:
         again.release()
 
 
+def test_a_batch_lets_its_reader_go_after_its_last_report(job: list[Path],
+                                                          tmp_path: Path) -> None:
+    """``retire_reader``: the reader quits once the last report has streamed (the outputs are
+    the same); ``shutdown`` reaps it, and a later lease starts another."""
+    settings = load_settings(None, {})
+    convert([str(p) for p in job], tmp_path / "kept", settings)
+    kept = reader._reader
+    assert kept is not None and kept.alive
+    convert([str(p) for p in job], tmp_path / "let_go", settings, retire_reader=True)
+    assert reader._reader is kept and kept.retired and not kept.alive
+    for suffix in (".prv", ".pcf", ".row"):
+        assert (tmp_path / f"kept{suffix}").read_bytes() == \
+            (tmp_path / f"let_go{suffix}").read_bytes()
+    again = reader.lease(job[0])  # a new child, the retired one reaped
+    assert again is not None and reader._reader is not kept
+    again.release()
+    assert kept._proc.poll() == 0
+    reader.shutdown()
+    assert reader._reader is None
+
+
 def test_one_report_prefetched_at_planning_gives_the_same_bytes(
         job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single input starts its reads in the reader while it is planned."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from prvstream.daemon.cli.main import main
+from prvstream.daemon.cli.main import console
 
 if __name__ == "__main__":  # Dask's spawned workers import this module as __mp_main__
-    sys.exit(main())
+    console()

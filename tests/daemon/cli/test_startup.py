@@ -157,6 +157,24 @@ def test_start_up_objects_leave_the_collector(real_data_dir: Path, tmp_path: Pat
     assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
+def test_the_console_script_ends_a_conversion_with_its_status_and_whole_output(
+        real_data_dir: Path, tmp_path: Path) -> None:
+    """After a conversion the console script ends without the interpreter's teardown
+    (``os._exit``): the closing block still reaches the pipe whole, the outputs are in place
+    and the status is the conversion's, 1 for a failed input."""
+    export = real_data_dir / "nsys2026.1_torch_tiny_rtx3080.sqlite"
+    command = [sys.executable, "-m", "prvstream.daemon", "convert", "--no-progress", "-o"]
+    proc = subprocess.run([*command, str(tmp_path / "out"), str(export)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("prvstream: 1 report") and lines[-1].startswith("  notes")
+    assert (tmp_path / "out.summary.json").stat().st_size > 0
+    failed = subprocess.run([*command, str(tmp_path / "two"), str(tmp_path / "none.sqlite")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert failed.returncode == 1 and "none.sqlite" in failed.stderr
+
+
 _BLAS_PROBE = """
 import os, sys
 from prvstream.daemon.cli.main import main

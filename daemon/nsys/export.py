@@ -253,6 +253,10 @@ class Export(ExportClock):
         data table), else None: never a query."""
         return self._counts.get((table, where))
 
+    def counted_rows(self) -> int:
+        """Rows of the whole tables counted so far (planning counts every data table)."""
+        return sum(n for (_, where), n in self._counts.items() if not where)
+
     def note_window(self, table: str, start: str, where: str, window: int) -> None:
         """Keep the reorder window of ``table`` (quoted), by ``start`` (quoted) where ``where``
         holds, as its block bounds gave it (``storage_order.reorder_window``'s answer)."""

@@ -98,12 +98,15 @@ class ExportBase:
         self.tables: TableColumns = self._probe_tables()
         #: small tables read once (processes, thread and domain names, ...)
         self._memo: dict[str, Any] = {}
+        #: the compiled row reader's connection to the same file (``row_reader``)
+        self._rows_db: Any = None
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the file; what was read stays (``reopen`` continues from it)."""
         if not self._closed:
             self._closed = True
+            self._rows_db = None  # a stream still reading keeps it open until it ends
             self._open_con.close()
 
     @property
@@ -138,6 +141,28 @@ class ExportBase:
     def connection(self) -> sqlite3.Connection:
         """The read-only connection (for table streams)."""
         return self._con
+
+    def row_reader(self) -> Any:
+        """The compiled SQLite row reader's connection to this file (``_sqlrows``: a
+        statement's integer rows straight into a chunk's layout, without a Python tuple and
+        int a row and value), opened at first use in the same read-only mode, with the
+        connection's pragmas and a read transaction of its own (its shared lock keeps the
+        file as the main connection sees it); None while the export is closed, where the
+        extension was not built, when the settings prefer Python, or where it fails to open
+        (the Python fetch then reads, and reports what it finds)."""
+        if self._rows_db is None and not self._closed:
+            from prvstream.daemon.nsys.rowfill import SQL_ROWS
+            from prvstream.daemon.nsys.sqlite import READ_PRAGMAS, ro_uri
+
+            opener = SQL_ROWS.use()
+            if opener is None:
+                return None
+            try:
+                self._rows_db = opener(ro_uri(self.path), [*READ_PRAGMAS, "BEGIN"])
+            except RuntimeError as exc:
+                log.debug("row_reader_unavailable", path=str(self.path), error=str(exc))
+                return None
+        return self._rows_db
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
         """Run a read-only query (used by the planner and table streams)."""

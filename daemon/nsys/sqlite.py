@@ -17,6 +17,7 @@ from prvstream.sinks.logger import get_logger
 
 __all__ = [
     "METADATA_TABLES",
+    "READ_PRAGMAS",
     "SQLITE_MAGIC",
     "connect_read_only",
     "header_problem",
@@ -30,6 +31,10 @@ SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 #: the export's metadata table, by name since 2024 and before (the last row, EXPORT_TIME, is
 #: written when the export is complete)
 METADATA_TABLES: Final = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+
+#: every read connection's settings (the cache of 512 KiB: sorts spill to temp files sooner)
+READ_PRAGMAS: Final = ("PRAGMA query_only=1", "PRAGMA cache_size=-512")
 
 
 def ro_uri(path: Path) -> str:
@@ -94,8 +99,8 @@ def connect_read_only(p: Path) -> sqlite3.Connection:
     # a name that is not UTF-8 is read with replacement characters, never an error
     con.text_factory = _decode_text
     try:
-        con.execute("PRAGMA query_only=1")
-        con.execute("PRAGMA cache_size=-512")  # 512 KiB: sorts spill to temp files sooner
+        for pragma in READ_PRAGMAS:
+            con.execute(pragma)
         # one read transaction for the connection's life: its statements share one shared
         # lock and one check of the file (without it SQLite locks, looks for a hot journal
         # and re-reads the header at every statement: 8 system calls each)

@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -36,9 +36,11 @@ __all__ = [
     "GROUPS",
     "KINDS",
     "LAYOUTS",
+    "READER_ROWS",
     "available_kinds",
     "chunks",
     "fetch_layout",
+    "int_chunks",
     "join_stream",
     "not_integer",
     "read_failed",
@@ -128,9 +130,8 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
     if sql is None:
         return
     dtype, layout = spec.dtype, LAYOUTS[kind]
-    joined = join_stream(export, kind, chunk_rows, lambda part, wide: chunks(
-        export, part, kind, chunk_rows,
-        lambda rows: rows_to_array(rows, wide, fetch_layout(wide)))) if presort else None
+    joined = join_stream(export, kind, chunk_rows, lambda part, wide: int_chunks(
+        export, part, kind, chunk_rows, wide, fetch_layout(wide))) if presort else None
     if joined is not None:
         yield from joined
         return
@@ -147,15 +148,14 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
             sql = plan[0]
         else:
             window = 0
-    fill: Callable[[list[tuple[object, ...]]], np.ndarray]
+    read: Iterator[np.ndarray]
     if spec.inline_text:
         export.inline_ids()  # number inline texts canonically before the first chunk
-        fill = lambda rows: _inline_chunk(export, rows, dtype, layout,  # noqa: E731
-                                          spec.inline_text)
+        read = chunks(export, sql, kind, chunk_rows, lambda rows: _inline_chunk(
+            export, rows, dtype, layout, spec.inline_text))
     else:
-        fill = lambda rows: rows_to_array(rows, dtype, layout)  # noqa: E731
-    yield from reorder_buffer.reorder(chunks(export, sql, kind, chunk_rows, fill), window,
-                                      chunk_rows)
+        read = int_chunks(export, sql, kind, chunk_rows, dtype, layout)
+    yield from reorder_buffer.reorder(read, window, chunk_rows)
 
 
 def join_stream(export: Export, kind: str, chunk_rows: int,
@@ -212,6 +212,49 @@ def chunks(export: Export, sql: str, what: str, chunk_rows: int,
     finally:
         with contextlib.suppress(sqlite3.ProgrammingError):  # the export closed first
             cur.close()
+
+
+def int_chunks(export: Export, sql: str, what: str, chunk_rows: int, dtype: np.dtype,
+               layout: Layout) -> Iterator[np.ndarray]:
+    """``chunks`` of ``rows_to_array(rows, dtype, layout)``: read by the export's compiled row
+    reader (``Export.row_reader``), which puts each row's integers straight into the chunk,
+    when it has one and the export holds ``READER_ROWS`` rows or more; fetched as tuples and
+    filled otherwise. The same chunks, and the same errors for SQLite's failures and values
+    that are not integers."""
+    db = export.row_reader() if export.counted_rows() >= READER_ROWS else None
+    if db is None:
+        return chunks(export, sql, what, chunk_rows,
+                      lambda rows: rows_to_array(rows, dtype, layout))
+    return _read_chunks(export, db, sql, what, chunk_rows, dtype, layout)
+
+
+def _read_chunks(export: Export, db: Any, sql: str, what: str, chunk_rows: int,
+                 dtype: np.dtype, layout: Layout) -> Iterator[np.ndarray]:
+    offsets, sizes = layout
+    try:
+        query = db.query(sql)
+    except RuntimeError as exc:
+        raise read_failed(export.path, what, str(exc)) from exc
+    while True:
+        status, got = query.fill(chunk_rows, dtype.itemsize, offsets, sizes)
+        if status == _SQLITE_FAILED:
+            raise read_failed(export.path, what, got)
+        if status == _NOT_INTEGER:
+            raise not_integer(export.path, what, got)
+        if not got:
+            return
+        yield np.frombuffer(got, dtype=dtype)
+
+
+#: the rows an export's tables hold (as planning counted them) from which ``int_chunks``
+#: opens the compiled reader's connection: its opening (the schema read again) cost a
+#: 115-row export 3.8 M instructions more than the fetch it saves, and saved a 4,639-row
+#: export 35 M
+READER_ROWS: Final = 1000
+#: the compiled reader's statuses besides 0 (``_sqlrows.c``): SQLite failed, with its message;
+#: a value is not an integer or out of its field's range, with the fill's message
+_SQLITE_FAILED: Final = 1
+_NOT_INTEGER: Final = 2
 
 
 def _inline_chunk(export: Export, rows: list[tuple[object, ...]], dtype: np.dtype,

@@ -71,3 +71,56 @@ def test_sqlite_errors_are_the_python_fetchs(tmp_path: Path) -> None:
     db = rowfill.SQL_ROWS.function(f"file:{path}?mode=ro", list(child.PRAGMAS))
     with pytest.raises(RuntimeError, match="no such table: t"):
         db.query("SELECT a FROM t")
+
+
+def _in_process(path: Path, kinds: list[str] | None, use_c: bool, chunk: int) -> list[bytes]:
+    """Every kind's chunks as ``tables.stream`` reads them in this process, by the compiled
+    reader (``Export.row_reader``) or by the Python fetch."""
+    from prvstream.daemon.nsys import tables
+    from prvstream.daemon.nsys.export import open_export
+
+    with open_export(path) as export:
+        if not use_c:
+            export.row_reader = lambda: None  # type: ignore[method-assign]
+        out = []
+        for kind in kinds if kinds is not None else tables.available_kinds(export):
+            out.append(b"".join(c.tobytes() for c in tables.stream(export, kind, chunk)))
+            out.append(kind.encode())
+        return out
+
+
+def test_in_process_streams_read_by_the_c_reader_equal_the_python_fetch(
+        real_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kind of two real exports (the comm kind read through its join's parts), in
+    chunks smaller and larger than a table; the reader opens for any export here."""
+    from prvstream.daemon.nsys import tables
+
+    monkeypatch.setattr(tables, "READER_ROWS", 0)
+    for name in ("nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite",
+                 "nsys2026.2_torchrun2gpu_nccl_nvtx_h100.sqlite"):
+        for chunk in (1000, 65536):
+            c = _in_process(real_data_dir / name, None, True, chunk)
+            assert c == _in_process(real_data_dir / name, None, False, chunk), (name, chunk)
+
+
+def test_in_process_c_reader_errors_are_the_python_fetchs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text in an integer column and damaged pages: the same errors either way."""
+    from prvstream.daemon.nsys import tables
+    from prvstream.sinks.errors import NotAnExport
+    from tests.conftest import make_db, osrt_export_with_wrecked_pages
+
+    monkeypatch.setattr(tables, "READER_ROWS", 0)
+    bad = make_db(tmp_path / "bad.sqlite", {
+        "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(1, "f")]),
+        "OSRT_API": (["start", "end", "globalTid", "nameId"],
+                     [(10, 20, 1 << 24, 1), (30, 40, "oops", 1)]),
+    })
+    wrecked = osrt_export_with_wrecked_pages(tmp_path / "big.sqlite")
+    for path in (bad, wrecked):
+        messages = []
+        for use_c in (True, False):
+            with pytest.raises(NotAnExport) as caught:
+                _in_process(path, ["osrt"], use_c, 1000)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1], path

@@ -57,18 +57,33 @@ def test_the_users_malloc_tuning_is_left_alone() -> None:
     assert not tuned
 
 
-_RELEASE = """
+#: the probes' start: tune the heap with the function named by argv[2] when argv[1] is "1"
+#: (``tuned``), then numpy and ``anon()``, the process's anonymous resident KiB
+_PROBE = """
 import sys
 from pathlib import Path
 from prvstream.daemon import heap
-tuned = heap.keep_freed_memory() if sys.argv[1] == "1" else False
+tuned = getattr(heap, sys.argv[2])() if sys.argv[1] == "1" else False
 import numpy as np
 
 def anon():
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("RssAnon:"):
             return int(line.split()[1])
+"""
 
+
+def _probe(script: str, tune: str | None) -> list[int]:
+    """Run ``_PROBE`` + ``script`` in a process of its own, with glibc's own malloc policy
+    where ``tune`` is None (the environment's malloc settings dropped); its last line's ints."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _PROBE + script, "0" if tune is None else "1",
+                          tune or "-"], env=clean, capture_output=True, text=True, check=True)
+    return [int(x) for x in out.stdout.splitlines()[-1].split()]
+
+
+_RELEASE = """
 held = [np.ones(1 << 16) for _ in range(64)]  # 512 KiB blocks from the heap: 32 MiB touched
 del held[::2]  # half of it free, in holes the heap's top cannot give back
 before = anon()
@@ -86,11 +101,8 @@ def test_a_big_report_returns_the_heaps_free_pages_once_it_has_streamed(tune: bo
     """Only where this process tuned the heap (elsewhere glibc trims by itself), and only for
     a report of at least ``RELEASE_ROWS`` rows: the free holes' pages go back (16 MiB of them
     here), the blocks still in use stay."""
-    clean = {k: v for k, v in os.environ.items()
-             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
-    out = subprocess.run([sys.executable, "-c", _RELEASE, "1" if tune else "0"], env=clean,
-                         capture_output=True, text=True, check=True)
-    tuned, small, big, kept_kib, returned_kib = map(int, out.stdout.splitlines()[-1].split())
+    tuned, small, big, kept_kib, returned_kib = _probe(
+        _RELEASE, "keep_freed_memory" if tune else None)
     assert tuned == tune
     assert not small
     assert kept_kib < 1024
@@ -99,17 +111,6 @@ def test_a_big_report_returns_the_heaps_free_pages_once_it_has_streamed(tune: bo
 
 
 _MAPPED = """
-import sys
-from pathlib import Path
-from prvstream.daemon import heap
-tuned = heap.tune_daemon_heap() if sys.argv[1] == "1" else False
-import numpy as np
-
-def anon():
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
-
 big = np.ones(1 << 18)  # 2 MiB, mapped: freeing it raises glibc's own threshold past 512 KiB
 del big
 held = [np.ones(1 << 16) for _ in range(64)]  # 512 KiB blocks: 32 MiB touched
@@ -125,11 +126,7 @@ print(int(tuned), before - anon())
 def test_the_daemon_returns_the_large_blocks_it_frees(tune: bool) -> None:
     """With ``tune_daemon_heap`` (the daemon) a freed block of 512 KiB goes back to the system
     even after a larger one was freed; with glibc's own policy it stays, a hole in the heap."""
-    clean = {k: v for k, v in os.environ.items()
-             if k not in heap.MALLOC_ENV and k != "GLIBC_TUNABLES"}
-    out = subprocess.run([sys.executable, "-c", _MAPPED, "1" if tune else "0"], env=clean,
-                         capture_output=True, text=True, check=True)
-    tuned, returned_kib = map(int, out.stdout.splitlines()[-1].split())
+    tuned, returned_kib = _probe(_MAPPED, "tune_daemon_heap" if tune else None)
     assert tuned == tune
     assert (returned_kib > 12 * 1024) if tune else (returned_kib < 4 * 1024)
 

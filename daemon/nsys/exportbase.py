@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -80,6 +81,15 @@ class TableColumns(Mapping[str, list[str]]):
         return len(self._names)
 
 
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, modification time) of the file at ``path``, or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class ExportBase:
     """A read-only connection to one export and its tables. Use from one thread at a time.
 
@@ -100,6 +110,9 @@ class ExportBase:
         self._memo: dict[str, Any] = {}
         #: the compiled row reader's connection to the same file (``row_reader``)
         self._rows_db: Any = None
+        #: the file this connection opened, as (device, inode, size, mtime): a second
+        #: connection by path must find the same one (``row_reader``)
+        self._identity = _identity(path)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -158,10 +171,17 @@ class ExportBase:
             if opener is None:
                 return None
             try:
-                self._rows_db = opener(ro_uri(self.path), [*READ_PRAGMAS, "BEGIN"])
+                rows_db = opener(ro_uri(self.path), [*READ_PRAGMAS, "BEGIN"])
             except RuntimeError as exc:
                 log.debug("row_reader_unavailable", path=str(self.path), error=str(exc))
                 return None
+            if self._identity is None or _identity(self.path) != self._identity:
+                # replaced or changed since this connection opened it: its rows would not
+                # be the planned file's; this connection reads on, from its own snapshot
+                log.debug("row_reader_unavailable", path=str(self.path),
+                          error="the file at this path changed since the export was opened")
+                return None
+            self._rows_db = rows_db
         return self._rows_db
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:

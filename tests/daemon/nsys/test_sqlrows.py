@@ -124,3 +124,29 @@ def test_in_process_c_reader_errors_are_the_python_fetchs(
                 _in_process(path, ["osrt"], use_c, 1000)
             messages.append(str(caught.value))
         assert messages[0] == messages[1], path
+
+
+def test_the_c_reader_declines_a_file_replaced_since_the_export_opened(
+        real_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second connection by path must find the file the export opened: after the path is
+    given another export, ``row_reader`` declines, and the streams read the opened file's
+    rows through the export's own connection."""
+    import os
+    import shutil
+
+    from prvstream.daemon.nsys import tables
+    from prvstream.daemon.nsys.export import open_export
+
+    monkeypatch.setattr(tables, "READER_ROWS", 0)
+    path = tmp_path / "rank.sqlite"
+    shutil.copyfile(real_data_dir / "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite", path)
+    want = _in_process(path, ["kernel"], False, 65536)
+    other = tmp_path / "other.sqlite"
+    shutil.copyfile(real_data_dir / "nsys2026.2_torchrun2gpu_nccl_nvtx_h100.sqlite", other)
+    with open_export(path) as export:
+        os.replace(other, path)
+        assert export.row_reader() is None
+        got = [b"".join(c.tobytes() for c in tables.stream(export, "kernel", 65536)), b"kernel"]
+    assert got == want
+    with open_export(path) as export:  # the file as it is now: nothing replaced it since
+        assert export.row_reader() is not None

@@ -9,9 +9,9 @@ import hashlib
 import os
 import secrets
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, overload
+from typing import IO
 
 import msgspec
 
@@ -21,6 +21,7 @@ from prvstream.daemon.live.inputs import ReportIdentity
 from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.madesequence import MadeSequence
 
 __all__ = ["ReportEntry", "ReportLog", "ThreadTime"]
 
@@ -78,7 +79,7 @@ def _fingerprint_key(fingerprint: str) -> bytes:
     return hashlib.blake2b(fingerprint.encode(), digest_size=16).digest()
 
 
-class ReportLog(Sequence[ReportEntry]):
+class ReportLog(MadeSequence[ReportEntry]):
     """The entries of a job's reports in journal order: committed ones on disk, entries added
     since the last :meth:`write` in memory. Single writer (the job's journal)."""
 
@@ -101,19 +102,7 @@ class ReportLog(Sequence[ReportEntry]):
     def __len__(self) -> int:
         return len(self._offsets) + len(self._pending)
 
-    @overload
-    def __getitem__(self, index: int) -> ReportEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[ReportEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> ReportEntry | Sequence[ReportEntry]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def _item(self, index: int) -> ReportEntry:
         if index >= len(self._offsets):
             return self._pending[index - len(self._offsets)]
         at = self._offsets[index]

@@ -9,12 +9,13 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from prvstream.daemon.kinds.context import ThreadKey
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.madesequence import MadeSequence
 
 if TYPE_CHECKING:
     from prvstream.daemon.stream.numbering import TaskEntry
@@ -38,7 +39,7 @@ def _blob(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-class TaskTable(Sequence["TaskEntry"]):
+class TaskTable(MadeSequence["TaskEntry"]):
     """The tasks of a numbering in id order (id = position + 1), as columns.
 
     A task's threads are one run of the thread columns; a thread added to a task whose run is
@@ -73,24 +74,9 @@ class TaskTable(Sequence["TaskEntry"]):
     def __len__(self) -> int:
         return len(self._pid)
 
-    @overload
-    def __getitem__(self, index: int) -> TaskEntry: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[TaskEntry]: ...
-
-    def __getitem__(self, index: int | slice) -> TaskEntry | list[TaskEntry]:
-        if isinstance(index, slice):
-            return [self._entry(i) for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        return self._entry(index)
-
     def __iter__(self) -> Iterator[TaskEntry]:
         for i in range(len(self)):
-            yield self._entry(i)
+            yield self._item(i)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TaskTable | list):
@@ -100,7 +86,7 @@ class TaskTable(Sequence["TaskEntry"]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def _entry(self, i: int) -> TaskEntry:
+    def _item(self, i: int) -> TaskEntry:
         from prvstream.daemon.stream.numbering import TaskEntry
 
         rank = self._rank[i]

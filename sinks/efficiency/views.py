@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import overload
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from prvstream.sinks.efficiency.parts import (
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.madesequence import MadeSequence
 from prvstream.sinks.summary import encoded
 from prvstream.sinks.summary.encoded import EncodedRecord, ListField, record_pieces
 from prvstream.sinks.summary.records import (
@@ -200,7 +200,7 @@ class RecordViews:
         return draft.encoded()
 
 
-class _Columns(Sequence[DeviceRow]):
+class _Columns(MadeSequence[DeviceRow]):
     """A record's devices (in rank order) as columns: totals rows and captured time; read as
     a sequence, each ``DeviceRow`` is made when it is read (``judge`` reads them twice).
 
@@ -219,15 +219,7 @@ class _Columns(Sequence[DeviceRow]):
     def __len__(self) -> int:
         return len(self.devices)
 
-    @overload
-    def __getitem__(self, i: int) -> DeviceRow: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[DeviceRow]: ...
-
-    def __getitem__(self, i: int | slice) -> DeviceRow | Sequence[DeviceRow]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _item(self, i: int) -> DeviceRow:
         if self._small:
             return self._made()[i]
         return self._row(self.devices[i], self.values[i].tolist(), int(self.captured[i]))

@@ -111,7 +111,8 @@ class ExportBase:
         #: the compiled row reader's connection to the same file (``row_reader``)
         self._rows_db: Any = None
         #: the file this connection opened, as (device, inode, size, mtime): a second
-        #: connection by path must find the same one (``row_reader``)
+        #: connection by path must find the same one (``row_reader``); None where it could
+        #: not be read or the path has named another file since (no second connection)
         self._identity = _identity(path)
 
     # -- lifetime ---------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class ExportBase:
         file as the main connection sees it); None while the export is closed, where the
         extension was not built, when the settings prefer Python, or where it fails to open
         (the Python fetch then reads, and reports what it finds)."""
-        if self._rows_db is None and not self._closed:
+        if self._rows_db is None and not self._closed and self._identity is not None:
             from prvstream.daemon.nsys.rowfill import SQL_ROWS
             from prvstream.daemon.nsys.sqlite import READ_PRAGMAS, ro_uri
 
@@ -175,9 +176,11 @@ class ExportBase:
             except RuntimeError as exc:
                 log.debug("row_reader_unavailable", path=str(self.path), error=str(exc))
                 return None
-            if self._identity is None or _identity(self.path) != self._identity:
+            if _identity(self.path) != self._identity:
                 # replaced or changed since this connection opened it: its rows would not
-                # be the planned file's; this connection reads on, from its own snapshot
+                # be the planned file's; this connection reads on, from its own snapshot,
+                # and no later stream tries again
+                self._identity = None
                 log.debug("row_reader_unavailable", path=str(self.path),
                           error="the file at this path changed since the export was opened")
                 return None

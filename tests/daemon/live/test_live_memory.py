@@ -33,9 +33,15 @@ RETAINED_PER_REPORT = 4096
 #: of instances a process, 2.4 KB with a RowStore a device view and host process, 4.7 KB when
 #: a host process and a device were a few dozen objects each)
 MODEL_PER_REPORT = 1152
-#: what a group commit holds at its peak a device of the job (its summary records, each of
-#: every device, made a slice of rows at a time: ~0.5 KB; as objects held together ~7 KB)
-COMMIT_PEAK_PER_DEVICE = 1536
+#: what a group commit holds at its peak (the model's held updates, the summary's records
+#: written a slice at a time, the summary file's spilled parts read back): a fixed part and a
+#: part a device of the job. With the collector paused through each group (so that when it
+#: runs cannot move the peak) the peaks of the 2nd..4th group of 40 one-GPU reports are
+#: ~556, 627 and 569 KB: not a line, since the summary's spill keeps parts in memory up to
+#: its own bound and the grown tables leave spare room; over ten groups the peak stays under
+#: ~320 KB + 2.5 KB a device. Records held as objects together (~7 KB a device) fail it.
+COMMIT_PEAK_FIXED = 384 * 1024
+COMMIT_PEAK_PER_DEVICE = 3 * 1024
 _OURS = [tracemalloc.Filter(True, f"*{os.sep}daemon{os.sep}*"),
          tracemalloc.Filter(True, f"*{os.sep}sinks{os.sep}*"),
          tracemalloc.Filter(True, f"*{os.sep}numpy{os.sep}*")]
@@ -55,9 +61,8 @@ def test_committed_reports_and_commits_hold_bounded_memory(tmp_path: Path) -> No
     journal = JobJournal.open(settings.state_dir, job)
     journal.lock()
     trace = LiveTrace(journal, job / "prvstream", "job", settings)
-    model = trace.model
     peaks: list[int] = []
-    release, publish = model.release_updates, trace._publish_summary
+    release, publish = trace.model.release_updates, trace._publish_summary
     held = 0
 
     def released() -> None:  # the commit's summary work: its update, lines and state
@@ -70,26 +75,32 @@ def test_committed_reports_and_commits_hold_bounded_memory(tmp_path: Path) -> No
         publish()
         peaks.append(tracemalloc.get_traced_memory()[1] - held)
 
-    model.release_updates = released  # type: ignore[method-assign]
+    trace.model.release_updates = released  # type: ignore[method-assign]
     trace._publish_summary = published  # type: ignore[method-assign]
     retained: list[int] = []
-    model: list[int] = []
+    model_bytes: list[int] = []
     tracemalloc.start(1)
     try:
         for k in range(groups):
-            done = append_group(trace, items[k * group:(k + 1) * group], max_seconds=1e9)
+            gc.disable()  # the collector's timing depends on the whole process: not here
+            try:
+                done = append_group(trace, items[k * group:(k + 1) * group],
+                                    max_seconds=1e9)
+            finally:
+                gc.enable()
             assert len(done) == group
             gc.collect()
             snap = tracemalloc.take_snapshot().filter_traces(_OURS)
             retained.append(sum(s.size for s in snap.statistics("filename")))
-            model.append(sum(s.size for s in snap.statistics("filename")
+            model_bytes.append(sum(s.size for s in snap.statistics("filename")
                              if f"{os.sep}efficiency{os.sep}" in s.traceback[0].filename))
     finally:
         tracemalloc.stop()
         trace.close()
     per_report = (retained[-1] - retained[0]) / (group * (groups - 1))
     assert 0 < per_report < RETAINED_PER_REPORT, per_report
-    in_model = (model[-1] - model[0]) / (group * (groups - 1))
+    in_model = (model_bytes[-1] - model_bytes[0]) / (group * (groups - 1))
     assert 0 < in_model < MODEL_PER_REPORT, in_model
-    per_device = (peaks[-1] - peaks[1]) / (group * (groups - 2))
-    assert per_device < COMMIT_PEAK_PER_DEVICE, (per_device, peaks)
+    for k, peak in enumerate(peaks[1:], start=1):  # the first group also sets things up
+        devices = group * (k + 1)
+        assert peak < COMMIT_PEAK_FIXED + COMMIT_PEAK_PER_DEVICE * devices, (k, peaks)

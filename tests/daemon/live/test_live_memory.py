@@ -33,13 +33,13 @@ RETAINED_PER_REPORT = 4096
 #: of instances a process, 2.4 KB with a RowStore a device view and host process, 4.7 KB when
 #: a host process and a device were a few dozen objects each)
 MODEL_PER_REPORT = 1152
-#: what a group commit holds at its peak (the model's held updates, the summary's records
-#: written a slice at a time, the summary file's spilled parts read back): a fixed part and a
-#: part a device of the job. With the collector paused through each group (so that when it
-#: runs cannot move the peak) the peaks of the 2nd..4th group of 40 one-GPU reports are
-#: ~556, 627 and 569 KB: not a line, since the summary's spill keeps parts in memory up to
-#: its own bound and the grown tables leave spare room; over ten groups the peak stays under
-#: ~320 KB + 2.5 KB a device. Records held as objects together (~7 KB a device) fail it.
+#: what a group commit holds at its peak: a fixed part and a part a device of the job, most of
+#: it while the summary's updates are encoded (the cumulative update lists every device).
+#: With the collector paused through each group (so that when it runs cannot move the peak)
+#: the 2nd..4th groups of 40 one-GPU reports peak at ~556, 627 and 569 KB, and over ten
+#: groups the peak stays under ~320 KB + 2.5 KB a device (not a line: the updates' parts and
+#: the grown tables' spare room come and go). Records held as objects together (~7 KB a
+#: device) fail it.
 COMMIT_PEAK_FIXED = 384 * 1024
 COMMIT_PEAK_PER_DEVICE = 3 * 1024
 _OURS = [tracemalloc.Filter(True, f"*{os.sep}daemon{os.sep}*"),

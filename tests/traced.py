@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["held_by"]
+__all__ = ["collector_paused", "held_by"]
 
 T = TypeVar("T")
 
@@ -23,3 +24,17 @@ def held_by(build: Callable[[], T]) -> tuple[T, int]:
         return out, tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run the body with Python's cyclic garbage collector off, so that a traced peak is the
+    same on every run: when the collector runs depends on everything the test process
+    allocated before (other tests), and a run in the middle of the body moves the peak."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -13,6 +13,7 @@ from prvstream.sinks.base import HOST_DTYPE, feed_interleaved
 from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.efficiency.partial import encode_partial, encode_state_chunks
 from tests.sinks.test_efficiency import C, M, acts, phases, report
+from tests.traced import collector_paused
 
 #: what one tiny report (one process, one GPU, one phase occurrence, two host threads) may
 #: leave in the model, by design: a Device and a HostProcess with slots (~0.2 KB each), their
@@ -65,7 +66,8 @@ def test_a_report_leaves_a_bounded_number_of_bytes_in_the_model() -> None:
         gc.collect()
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        size = sum(len(chunk) for chunk in encode_state_chunks(model))
+        with collector_paused():
+            size = sum(len(chunk) for chunk in encode_state_chunks(model))
         chunked_peak = tracemalloc.get_traced_memory()[1] - held
     finally:
         tracemalloc.stop()
@@ -90,7 +92,8 @@ def _records_peak(occurrences: int) -> tuple[int, int]:
     tracemalloc.start(1)
     try:
         held = tracemalloc.get_traced_memory()[0]
-        count = sum(1 for _ in model.iter_updates())
+        with collector_paused():
+            count = sum(1 for _ in model.iter_updates())
         return count, tracemalloc.get_traced_memory()[1] - held
     finally:
         tracemalloc.stop()

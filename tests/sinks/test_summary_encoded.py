@@ -17,6 +17,7 @@ from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.summary import encoded
 from prvstream.sinks.summary.records import encode_record
 from tests.sinks.test_efficiency import C, M, acts, phases, report
+from tests.traced import collector_paused
 
 #: what making one update's records (cumulative, phase total, window, phase instance, each
 #: listing every device, rank and host process) may hold a device, at its peak: columns
@@ -105,11 +106,12 @@ def _update_peak(devices: int) -> int:
     tracemalloc.start(1)
     try:
         held = tracemalloc.get_traced_memory()[0]
-        model.release_updates()
-        for _ in model.iter_update_bytes():
-            pass
-        for _ in model.state_pieces():
-            pass
+        with collector_paused():
+            model.release_updates()
+            for _ in model.iter_update_bytes():
+                pass
+            for _ in model.state_pieces():
+                pass
         return tracemalloc.get_traced_memory()[1] - held
     finally:
         tracemalloc.stop()

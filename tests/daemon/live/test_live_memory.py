@@ -16,6 +16,7 @@ from prvstream.daemon.live.journal import JobJournal
 from prvstream.daemon.live.livetrace import LiveTrace
 from prvstream.daemon.service.readiness import report_identity
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+from tests.traced import collector_paused
 
 #: traced bytes a committed one-rank tiny report leaves in the daemon's code (numbering as
 #: table columns, `.row` lines in one buffer, claims, last times, journal index ~1 KB; the
@@ -82,12 +83,9 @@ def test_committed_reports_and_commits_hold_bounded_memory(tmp_path: Path) -> No
     tracemalloc.start(1)
     try:
         for k in range(groups):
-            gc.disable()  # the collector's timing depends on the whole process: not here
-            try:
+            with collector_paused():
                 done = append_group(trace, items[k * group:(k + 1) * group],
                                     max_seconds=1e9)
-            finally:
-                gc.enable()
             assert len(done) == group
             gc.collect()
             snap = tracemalloc.take_snapshot().filter_traces(_OURS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ExportChanged",
     "ExportIncomplete",
     "JournalCorrupt",
     "NotAnExport",
@@ -35,6 +36,11 @@ class ConfigError(PrvstreamError):
 
 class NotAnExport(PrvstreamError):
     """The file is not an Nsight Systems SQLite export (not SQLite, corrupt, or foreign)."""
+
+
+class ExportChanged(NotAnExport):
+    """The file at the export's path changed (replaced, or written to) while prvstream read
+    it: nothing read from it is kept; read it again once it is stable."""
 
 
 class ExportIncomplete(PrvstreamError):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from prvstream.sinks.errors import NotAnExport
+from prvstream.sinks.errors import ExportChanged, NotAnExport
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
@@ -60,7 +60,7 @@ class InputRefused(NotAnExport):
     a symlink or folder leading elsewhere): never read."""
 
 
-class InputChanged(NotAnExport):
+class InputChanged(ExportChanged):
     """The file at the path is no longer the one that was checked: it will be looked at again."""
 
 

@@ -28,7 +28,7 @@ from prvstream.daemon.live import (
 )
 from prvstream.daemon.live.blockstore import BlockStore, ReportMeta
 from prvstream.daemon.live.checkpoint import commit_with_checkpoint
-from prvstream.daemon.live.inputs import ReportIdentity
+from prvstream.daemon.live.inputs import InputChanged, ReportIdentity
 from prvstream.daemon.live.journal import JobJournal, ReportEntry
 from prvstream.daemon.live.outcomes import AppendResult, _OrderBroken
 from prvstream.daemon.live.outputdir import OutputDir
@@ -45,6 +45,7 @@ from prvstream.daemon.stream.spool import ReportSpool
 from prvstream.daemon.stream.threadlast import ThreadLast
 from prvstream.daemon.stream.trace import ConvertResult
 from prvstream.sinks.efficiency import EfficiencyModel
+from prvstream.sinks.errors import ExportChanged
 from prvstream.sinks.logger import get_logger
 
 __all__ = ["LiveTrace", "output_dir_for"]
@@ -287,7 +288,12 @@ class LiveTrace:
 
     def _append_block(self, rep: PreparedReport, spool: ReportSpool, *, publish: bool = True
                       ) -> tuple[Counter[str], int]:
-        return appendblock.append_block(self, rep, spool, publish=publish)
+        try:
+            return appendblock.append_block(self, rep, spool, publish=publish)
+        except ExportChanged as exc:  # changed while read: readiness looks at it again
+            if isinstance(exc, InputChanged):
+                raise
+            raise InputChanged(str(exc)) from exc
 
     def _check_order(self, spans: list[tuple[tuple[int, int], int, int]],
                      checked: set[tuple[int, int]]) -> None:

@@ -114,6 +114,8 @@ class ExportBase:
         #: connection by path must find the same one (``row_reader``); None where it could
         #: not be read or the path has named another file since (no second connection)
         self._identity = _identity(path)
+        #: the same, kept as it was at opening (``changed_since_opened``)
+        self.opened_identity = self._identity
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -186,6 +188,13 @@ class ExportBase:
                 return None
             self._rows_db = rows_db
         return self._rows_db
+
+    def changed_since_opened(self) -> bool:
+        """Does the path now name another file than the one opened, or the same file with
+        another size or modification time? (A file removed since is not a change: whatever
+        read it had it open; a connection opened after could not have read another file.)"""
+        now = _identity(self.path)
+        return now is not None and now != self.opened_identity
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
         """Run a read-only query (used by the planner and table streams)."""

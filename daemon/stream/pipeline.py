@@ -51,7 +51,7 @@ from prvstream.sinks.base import (
     feed_interleaved,
 )
 from prvstream.sinks.base import Sink as SinkProtocol
-from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
+from prvstream.sinks.errors import ExportChanged, NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
@@ -477,7 +477,8 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
     """The report's records in time order, with the sink fed along the way; ``counts``
     gathers rows read per kind, ``records`` the records written per kind. The report is
     opened for it; the stream takes its chunk source over and frees it when it ends (the
-    connection stays until the report is closed).
+    connection stays until the report is closed). ``ExportChanged`` ends it when the file at
+    the report's path changed while its rows were read.
 
     A report planned to hold at most ``whole_rows`` rows (0: none) is read whole and sorted
     once (``merge.merge_whole``) instead of merged chunk by chunk: the same records, and the
@@ -505,6 +506,12 @@ def report_stream(rep: PreparedReport, ctx: ReportContext, info: ReportInfo, chu
                 yield batch, watermark
     finally:
         source.close()
+    if not isinstance(source, HeldSource) and rep.export.changed_since_opened():
+        # a connection opened by path since planning (the reader process, the compiled row
+        # reader, a reopen) may have read another file, or the file grew under a statement
+        raise ExportChanged(f"{rep.path} changed while it was read (replaced, or still being "
+                            "written): nothing read from it is kept; read it again once it "
+                            "is complete")
     heap.release_freed(sum(rep.plan.counts.values()))  # before the end's summary records
     router.release(None)
     if sink is not None:

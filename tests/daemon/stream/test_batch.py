@@ -247,3 +247,43 @@ def test_hostile_values_give_a_clear_error(update: str, where: str, tmp_path: Pa
     assert "Traceback" not in captured.err
     assert not (tmp_path / "out.prv").exists()
     assert not list(tmp_path.glob(".out.prv.*"))
+
+
+@pytest.mark.parametrize("reader", [True, False], ids=["reader-process", "in-process"])
+def test_an_export_replaced_while_it_is_converted_fails_and_writes_nothing(
+        tmp_path: Path, reader: bool) -> None:
+    """Connections opened by path after planning (the reader process, the compiled row
+    reader, a reopen) must not read another file than the one planned: a conversion whose
+    export is replaced while its rows are read fails with ``ExportChanged`` and leaves no
+    output behind."""
+    import os
+
+    from prvstream.daemon.synthetic.spec import SynthSpec, export_name
+    from prvstream.daemon.synthetic.synth import write_export
+    from prvstream.sinks.efficiency import EfficiencyModel
+    from prvstream.sinks.errors import ExportChanged
+
+    spec = SynthSpec(ranks=2, steps=40, layers=4, seed=3)
+    (tmp_path / "src").mkdir()
+    path, other = (write_export(tmp_path / "src" / export_name(spec, r), spec, r)
+                   for r in range(2))
+    settings = load_settings(None, {"state_dir": str(tmp_path / "state"), "chunk_rows": 512,
+                                    "reader": reader}, environ={})
+    replaced: list[int] = []
+
+    def replace_once(done: int, total: int) -> None:
+        if not replaced:
+            spare = tmp_path / "spare.sqlite"
+            shutil.copyfile(other, spare)
+            os.replace(spare, path)
+            replaced.append(done)
+
+    out = tmp_path / "out" / "trace"
+    with pytest.raises(ExportChanged, match="changed while it was read"):
+        convert([str(path)], out, settings, EfficiencyModel("job"), progress=replace_once,
+                summary_jsonl=out.with_name("trace.summary.jsonl"))
+    assert replaced and replaced[0] < 10 ** 6
+    assert sorted(p.name for p in out.parent.iterdir()) == []
+    # the file now at the path converts as itself
+    convert([str(path)], out, settings, EfficiencyModel("job"))
+    assert out.with_name("trace.prv").stat().st_size > 0

@@ -48,6 +48,10 @@ _NSIGHT_MARKERS: Final = ("StringIds", "TARGET_INFO_SESSION_START_TIME", *METADA
 #: (schema key, the tables to aggregate) -> ``Export._all_plain_facts``'s statement
 _AGGREGATES: dict[tuple[int, tuple[tuple[str, str], ...]], str] = {}
 _AGGREGATES_KEPT = 64
+#: schema key -> (kind, table) of the tables refused for lacking their end column
+#: (``Export.refused_rows``): from the schema alone, so once per nsys version
+_REFUSED: dict[int, tuple[tuple[str, KindSource], ...]] = {}
+_REFUSED_KEPT = 64
 
 
 def open_export(path: str | Path) -> Export:
@@ -106,12 +110,18 @@ class Export(ExportClock):
     # -- schema -----------------------------------------------------------------------------
     def refused_rows(self) -> dict[str, int]:
         """Rows per kind of tables refused for lacking their end column (never converted)."""
+        refused = _REFUSED.get(self.schema_key)
+        if refused is None:
+            refused = tuple((kind, src) for kind in TABLE_KINDS
+                            for src in registry.get(kind).no_end(self))
+            if len(_REFUSED) >= _REFUSED_KEPT:
+                _REFUSED.clear()
+            _REFUSED[self.schema_key] = refused
         out: dict[str, int] = {}
-        for kind in TABLE_KINDS:
-            for src in registry.get(kind).no_end(self):
-                n = self.count_rows(src.table, src.where)
-                if n:
-                    out[kind] = out.get(kind, 0) + n
+        for kind, src in refused:
+            n = self.count_rows(src.table, src.where)
+            if n:
+                out[kind] = out.get(kind, 0) + n
         return out
 
     def _nonempty(self, src: KindSource) -> bool:

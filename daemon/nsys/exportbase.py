@@ -74,6 +74,14 @@ class TableColumns(Mapping[str, list[str]]):
     def __contains__(self, table: object) -> bool:
         return table in self._names
 
+    def columns(self, table: str) -> list[str] | None:
+        """The columns of ``table``, or None where there is no such table (``get`` without
+        its KeyError: ``ExportBase.has`` asks about 150 times a report)."""
+        cols = self._known.get(table)
+        if cols is not None:
+            return cols
+        return self[table] if table in self._names else None
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
 
@@ -222,7 +230,7 @@ class ExportBase:
 
     def has(self, table: str, column: str | None = None) -> bool:
         """Whether ``table`` (and ``column`` in it) exists."""
-        cols = self.tables.get(table)
+        cols = self.tables.columns(table)
         if cols is None:
             return False
         return column is None or column in cols

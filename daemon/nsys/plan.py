@@ -246,7 +246,7 @@ class _Planner:
         for spec in KINDS.values():
             if spec.plan is not None:
                 self._values_wanted = self.kinds is None or spec.name in self.kinds
-                for src in spec.sources(self.x):
+                for src in self.x.sources(spec.name):  # kept per schema
                     spec.plan(self, src)
         sync_devices = self._place_syncs()
         by_proc: dict[int, list[int]] = {}

@@ -11,8 +11,16 @@
  *   message of a value that is not an integer or out of its column's range: the statuses and
  *   messages of the reader's Python fetch and fill_rows (_rowfill.c).
  * Errors opening or preparing raise RuntimeError with SQLite's message.
+ *
+ * borrow(connection, module_path) -> Db     the open connection of a sqlite3.Connection
+ *   (exactly that type), read through without a second connection: its statements run in
+ *   that connection's read transaction. Only on the Pythons whose Connection starts with its
+ *   sqlite3 handle (3.11 to 3.13), and only where the sqlite3 module at module_path runs on
+ *   this very library (its sqlite3_open_v2 is ours); else RuntimeError. The Db keeps the
+ *   Connection alive and never closes it.
  */
 #include "layout.h"
+#include <dlfcn.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,7 +28,14 @@
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
+    PyObject *owner; /* a borrowed connection's sqlite3.Connection (never closed here) */
 } db_t;
+
+/* the start of CPython's pysqlite_Connection (Modules/_sqlite/connection.h, 3.11 to 3.13) */
+typedef struct {
+    PyObject_HEAD
+    sqlite3 *db;
+} pysqlite_head_t;
 
 typedef struct {
     PyObject_HEAD
@@ -44,6 +59,7 @@ static PyObject *db_open(PyObject *self, PyObject *args) {
     db_t *d = PyObject_New(db_t, &DbType);
     if (!d) return NULL;
     d->db = NULL;
+    d->owner = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sqlite3_open_v2(uri, &d->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
@@ -64,8 +80,54 @@ static PyObject *db_open(PyObject *self, PyObject *args) {
     return (PyObject *)d;
 }
 
+/* 1 where the sqlite3 module at path runs on this library, 0 where not (checked once) */
+static int same_library(const char *path) {
+    static int known = -1;
+    if (known < 0) {
+        void *module = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+        void *theirs = module ? dlsym(module, "sqlite3_open_v2") : NULL;
+        known = theirs != NULL && theirs == (void *)&sqlite3_open_v2;
+        if (module) dlclose(module);
+    }
+    return known;
+}
+
+static PyObject *db_borrow(PyObject *self, PyObject *args) {
+    PyObject *con;
+    const char *path;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Os", &con, &path)) return NULL;
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+    (void)con;
+    (void)path;
+    PyErr_SetString(PyExc_RuntimeError, "cannot borrow a connection on this Python");
+    return NULL;
+#else
+    const char *name = Py_TYPE(con)->tp_name;
+    if (strcmp(name, "sqlite3.Connection") != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "not a sqlite3.Connection");
+        return NULL;
+    }
+    if (!same_library(path)) {
+        PyErr_SetString(PyExc_RuntimeError, "the sqlite3 module runs on another SQLite");
+        return NULL;
+    }
+    sqlite3 *handle = ((pysqlite_head_t *)con)->db;
+    if (!handle) {
+        PyErr_SetString(PyExc_RuntimeError, "the connection is closed");
+        return NULL;
+    }
+    db_t *d = PyObject_New(db_t, &DbType);
+    if (!d) return NULL;
+    d->db = handle;
+    d->owner = Py_NewRef(con);
+    return (PyObject *)d;
+#endif
+}
+
 static void db_dealloc(db_t *d) {
-    if (d->db) sqlite3_close_v2(d->db);
+    if (d->owner) Py_DECREF(d->owner);
+    else if (d->db) sqlite3_close_v2(d->db);
     PyObject_Free(d);
 }
 
@@ -173,6 +235,12 @@ static PyObject *query_fill(query_t *q, PyObject *args) {
         return NULL;
     }
     if (q->done) return Py_BuildValue("(iy#)", 0, "", (Py_ssize_t)0);
+    PyObject *con = ((db_t *)q->owner)->owner;
+    if (con && !((pysqlite_head_t *)con)->db) {
+        /* the borrowed connection was closed: as the Python fetch's cursor says then */
+        q->done = 1;
+        return Py_BuildValue("(is)", 1, "Cannot operate on a closed database.");
+    }
     PyObject *buf = PyByteArray_FromStringAndSize(NULL, rows * itemsize);
     if (!buf) return NULL;
     char msg[200] = "";
@@ -233,6 +301,7 @@ static PyTypeObject QueryType = {
 
 static PyMethodDef methods[] = {
     {"open", db_open, METH_VARARGS, "open(uri, pragmas) -> Db"},
+    {"borrow", db_borrow, METH_VARARGS, "borrow(connection, module_path) -> Db"},
     {NULL, NULL, 0, NULL},
 };
 

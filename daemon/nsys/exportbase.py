@@ -118,6 +118,8 @@ class ExportBase:
         self._memo: dict[str, Any] = {}
         #: the compiled row reader's connection to the same file (``row_reader``)
         self._rows_db: Any = None
+        #: (the connection, the compiled reader borrowing it) (``borrowed_reader``)
+        self._borrowed: tuple[sqlite3.Connection, Any] | None = None
         #: the file this connection opened, as (device, inode, size, mtime): a second
         #: connection by path must find the same one (``row_reader``); None where it could
         #: not be read or the path has named another file since (no second connection)
@@ -131,6 +133,7 @@ class ExportBase:
         if not self._closed:
             self._closed = True
             self._rows_db = None  # a stream still reading keeps it open until it ends
+            self._borrowed = None
             self._open_con.close()
 
     @property
@@ -203,6 +206,30 @@ class ExportBase:
         read it had it open; a connection opened after could not have read another file.)"""
         now = _identity(self.path)
         return now is not None and now != self.opened_identity
+
+    def borrowed_reader(self) -> Any:
+        """The compiled SQLite row reader on this export's own connection (``_sqlrows.borrow``:
+        no second connection, so no schema read again; the statements run in this
+        connection's read transaction), made at first use while the export is open; None
+        while it is closed, where the extension was not built or the settings prefer Python,
+        or where it cannot borrow this connection (another Python, another SQLite library)."""
+        if self._closed:
+            return None
+        if self._borrowed is None or self._borrowed[0] is not self._open_con:
+            from prvstream.daemon.nsys.rowfill import sql_borrow
+
+            borrow = sql_borrow()
+            if borrow is None:
+                return None
+            import _sqlite3
+
+            try:
+                self._borrowed = (self._open_con,
+                                  borrow(self._open_con, getattr(_sqlite3, "__file__", "")))
+            except RuntimeError as exc:
+                log.debug("row_reader_unavailable", path=str(self.path), error=str(exc))
+                return None
+        return self._borrowed[1]
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
         """Run a read-only query (used by the planner and table streams)."""

@@ -7,13 +7,16 @@ module (or on a big-endian machine) numpy does the same job and gives the same a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from prvstream.sinks.native import OptionalExtension
 
-__all__ = ["ROW_FILLER", "SQL_ROWS", "Layout", "field_layout", "field_offset", "rows_to_array"]
+__all__ = ["ROW_FILLER", "SQL_ROWS", "Layout", "field_layout", "field_offset", "rows_to_array",
+           "sql_borrow"]
 
 #: the compiled filler (optional; its packed layouts assume a little-endian machine)
 ROW_FILLER = OptionalExtension("prvstream.daemon.nsys._rowfill", "fill_rows", "row filler",
@@ -22,6 +25,15 @@ ROW_FILLER = OptionalExtension("prvstream.daemon.nsys._rowfill", "fill_rows", "r
 #: built where SQLite's header was there; without it the reader fetches tuples and fills)
 SQL_ROWS = OptionalExtension("prvstream.daemon.nsys._sqlrows", "open", "SQLite row reader",
                              little_endian=True)
+
+
+def sql_borrow() -> Callable[..., Any] | None:
+    """The compiled reader's ``borrow`` (an open ``sqlite3.Connection`` read through without
+    a second connection), where ``SQL_ROWS`` is in use (the same module); else None."""
+    if SQL_ROWS.use() is None:
+        return None
+    found: Callable[..., Any] | None = getattr(sys.modules.get(SQL_ROWS.module), "borrow", None)
+    return found
 
 #: where each fetched value goes: (byte offsets, sizes), one pair per value
 Layout = tuple[tuple[int, ...], tuple[int, ...]]

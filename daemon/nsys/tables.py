@@ -221,7 +221,8 @@ def int_chunks(export: Export, sql: str, what: str, chunk_rows: int, dtype: np.d
     when it has one and the export holds ``READER_ROWS`` rows or more; fetched as tuples and
     filled otherwise. The same chunks, and the same errors for SQLite's failures and values
     that are not integers."""
-    db = export.row_reader() if export.counted_rows() >= READER_ROWS else None
+    db = export.row_reader() if export.counted_rows() >= READER_ROWS else \
+        export.borrowed_reader()
     if db is None:
         return chunks(export, sql, what, chunk_rows,
                       lambda rows: rows_to_array(rows, dtype, layout))

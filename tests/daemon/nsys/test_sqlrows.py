@@ -82,6 +82,7 @@ def _in_process(path: Path, kinds: list[str] | None, use_c: bool, chunk: int) ->
     with open_export(path) as export:
         if not use_c:
             export.row_reader = lambda: None  # type: ignore[method-assign]
+            export.borrowed_reader = lambda: None  # type: ignore[method-assign]
         out = []
         for kind in kinds if kinds is not None else tables.available_kinds(export):
             out.append(b"".join(c.tobytes() for c in tables.stream(export, kind, chunk)))
@@ -105,12 +106,12 @@ def test_in_process_streams_read_by_the_c_reader_equal_the_python_fetch(
 
 def test_in_process_c_reader_errors_are_the_python_fetchs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A text in an integer column and damaged pages: the same errors either way."""
+    """A text in an integer column and damaged pages: the same errors either way, by a
+    second connection (``READER_ROWS`` 0) or on the export's own (``borrowed_reader``)."""
     from prvstream.daemon.nsys import tables
     from prvstream.sinks.errors import NotAnExport
     from tests.conftest import make_db, osrt_export_with_wrecked_pages
 
-    monkeypatch.setattr(tables, "READER_ROWS", 0)
     bad = make_db(tmp_path / "bad.sqlite", {
         "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(1, "f")]),
         "OSRT_API": (["start", "end", "globalTid", "nameId"],
@@ -119,11 +120,12 @@ def test_in_process_c_reader_errors_are_the_python_fetchs(
     wrecked = osrt_export_with_wrecked_pages(tmp_path / "big.sqlite")
     for path in (bad, wrecked):
         messages = []
-        for use_c in (True, False):
+        for use_c, least in ((True, 0), (True, 1 << 62), (False, 0)):
+            monkeypatch.setattr(tables, "READER_ROWS", least)
             with pytest.raises(NotAnExport) as caught:
                 _in_process(path, ["osrt"], use_c, 1000)
             messages.append(str(caught.value))
-        assert messages[0] == messages[1], path
+        assert messages[0] == messages[1] == messages[2], path
 
 
 def test_the_c_reader_declines_a_file_replaced_since_the_export_opened(
@@ -150,3 +152,37 @@ def test_the_c_reader_declines_a_file_replaced_since_the_export_opened(
     assert got == want
     with open_export(path) as export:  # the file as it is now: nothing replaced it since
         assert export.row_reader() is not None
+
+
+def test_small_exports_are_read_by_the_c_reader_on_their_own_connection(
+        real_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``READER_ROWS`` the compiled reader borrows the export's connection (no second
+    one): every kind of two real exports in chunks smaller and larger than a table, the
+    bytes of the Python fetch; a stream whose export closed meanwhile fails as the Python
+    fetch's does."""
+    from prvstream.daemon.nsys import tables
+    from prvstream.daemon.nsys.export import open_export
+    from prvstream.sinks.errors import NotAnExport
+
+    monkeypatch.setattr(tables, "READER_ROWS", 1 << 62)
+    name = "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"
+    with open_export(real_data_dir / name) as export:
+        db = export.borrowed_reader()
+        assert db is not None and export.borrowed_reader() is db
+        export.row_reader = lambda: pytest.fail("a second connection")  # type: ignore
+    for chunk in (1000, 65536):
+        assert _in_process(real_data_dir / name, None, True, chunk) == \
+            _in_process(real_data_dir / name, None, False, chunk), chunk
+    messages = []
+    for use_c in (True, False):
+        with open_export(real_data_dir / name) as export:
+            if not use_c:
+                export.borrowed_reader = lambda: None  # type: ignore[method-assign]
+            stream = tables.stream(export, "runtime", 1000)
+            next(stream)
+            export.close()
+            with pytest.raises(NotAnExport) as caught:
+                next(stream)
+            messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert export.borrowed_reader() is None  # closed: nothing borrowed

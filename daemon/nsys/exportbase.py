@@ -28,6 +28,8 @@ _E = TypeVar("_E", bound="ExportBase")
 #: nsys version share them, so the PRAGMA per table runs once per version and process
 _SCHEMAS: dict[tuple[tuple[object, ...], ...], tuple[int, dict[str, list[str]]]] = {}
 _SCHEMAS_KEPT = 16
+#: rows ``ExportBase.int_column`` reads a time
+_INT_COLUMN_ROWS = 1024
 #: numbers the distinct schemas this process has seen (``ExportBase.schema_key``)
 _SCHEMA_KEYS = itertools.count()
 
@@ -230,6 +232,26 @@ class ExportBase:
                 log.debug("row_reader_unavailable", path=str(self.path), error=str(exc))
                 return None
         return self._borrowed[1]
+
+    def int_column(self, sql: str) -> list[int] | None:
+        """The one column of ``sql``'s rows, in its order, read by ``borrowed_reader`` where
+        every value is an integer; None where there is no such reader, SQLite fails or a
+        value is not an integer (the caller then runs ``sql`` itself, as before)."""
+        db = self.borrowed_reader()
+        if db is None:
+            return None
+        try:
+            query = db.query(sql)
+        except RuntimeError:
+            return None
+        out: list[int] = []
+        while True:
+            status, got = query.fill(_INT_COLUMN_ROWS, 8, (0,), (8,))
+            if status != 0:
+                return None
+            if not got:
+                return out
+            out.extend(memoryview(got).cast("q").tolist())
 
     def rows(self, sql: str, params: Iterable[object] = ()) -> Iterator[tuple[object, ...]]:
         """Run a read-only query (used by the planner and table streams)."""

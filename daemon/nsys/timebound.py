@@ -191,7 +191,13 @@ class ExportClock(ExportNames):
                 if lo is None:
                     continue  # an empty table
                 parts.append(_sampled_rows_sql(src, lo, hi))
-            rows = self._con.execute(" UNION ALL ".join(parts)).fetchall() if parts else []
+            if not parts:
+                return []
+            sql = " UNION ALL ".join(parts)
+            found = self.int_column(sql)  # every start an integer: read in C
+            if found is not None:
+                return found
+            rows = self._con.execute(sql).fetchall()
         except sqlite3.OperationalError:
             return [v for src in sources for v in self._sample_starts(src)]
         return [int(v) for (v,) in rows if isinstance(v, int)]

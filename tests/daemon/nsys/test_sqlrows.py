@@ -186,3 +186,20 @@ def test_small_exports_are_read_by_the_c_reader_on_their_own_connection(
             messages.append(str(caught.value))
     assert messages[0] == messages[1]
     assert export.borrowed_reader() is None  # closed: nothing borrowed
+
+
+def test_an_integer_column_is_read_in_c_or_left_to_the_caller(real_data_dir: Path) -> None:
+    """``Export.int_column``: the rows' values in SQLite's order where every one is an
+    integer; None where one is not (the caller runs its statement itself) or SQLite fails."""
+    from prvstream.daemon.nsys.export import open_export
+
+    name = "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"
+    with open_export(real_data_dir / name) as export:
+        sql = ('SELECT "start" FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid % 3 = 0 '
+               'UNION ALL SELECT "end" FROM CUPTI_ACTIVITY_KIND_KERNEL')
+        assert export.int_column(sql) == [v for (v,) in export.rows(sql)]
+        assert export.int_column("SELECT NULL UNION ALL SELECT 1") is None
+        assert export.int_column("SELECT 'x'") is None
+        assert export.int_column("SELECT x FROM no_such_table") is None
+        export.close()
+        assert export.int_column("SELECT 1") is None

@@ -216,13 +216,15 @@ def chunks(export: Export, sql: str, what: str, chunk_rows: int,
 
 def int_chunks(export: Export, sql: str, what: str, chunk_rows: int, dtype: np.dtype,
                layout: Layout) -> Iterator[np.ndarray]:
-    """``chunks`` of ``rows_to_array(rows, dtype, layout)``: read by the export's compiled row
-    reader (``Export.row_reader``), which puts each row's integers straight into the chunk,
-    when it has one and the export holds ``READER_ROWS`` rows or more; fetched as tuples and
-    filled otherwise. The same chunks, and the same errors for SQLite's failures and values
-    that are not integers."""
-    db = export.row_reader() if export.counted_rows() >= READER_ROWS else \
-        export.borrowed_reader()
+    """``chunks`` of ``rows_to_array(rows, dtype, layout)``: read by the compiled row reader,
+    which puts each row's integers straight into the chunk, on the export's own connection
+    (``Export.borrowed_reader``) where it can borrow it, else on a second connection
+    (``Export.row_reader``) when the export holds ``READER_ROWS`` rows or more; fetched as
+    tuples and filled otherwise. The same chunks, and the same errors for SQLite's failures
+    and values that are not integers."""
+    db = export.borrowed_reader()
+    if db is None and export.counted_rows() >= READER_ROWS:
+        db = export.row_reader()
     if db is None:
         return chunks(export, sql, what, chunk_rows,
                       lambda rows: rows_to_array(rows, dtype, layout))
@@ -248,9 +250,9 @@ def _read_chunks(export: Export, db: Any, sql: str, what: str, chunk_rows: int,
 
 
 #: the rows an export's tables hold (as planning counted them) from which ``int_chunks``
-#: opens the compiled reader's connection: its opening (the schema read again) cost a
-#: 115-row export 3.8 M instructions more than the fetch it saves, and saved a 4,639-row
-#: export 35 M
+#: opens the compiled reader's second connection where it cannot borrow the export's: its
+#: opening (the schema read again) cost a 115-row export 3.8 M instructions more than the
+#: fetch it saves, and saved a 4,639-row export 35 M
 READER_ROWS: Final = 1000
 #: the compiled reader's statuses besides 0 (``_sqlrows.c``): SQLite failed, with its message;
 #: a value is not an integer or out of its field's range, with the fill's message

@@ -73,15 +73,18 @@ def test_sqlite_errors_are_the_python_fetchs(tmp_path: Path) -> None:
         db.query("SELECT a FROM t")
 
 
-def _in_process(path: Path, kinds: list[str] | None, use_c: bool, chunk: int) -> list[bytes]:
+def _in_process(path: Path, kinds: list[str] | None, use_c: bool, chunk: int,
+                borrow: bool = True) -> list[bytes]:
     """Every kind's chunks as ``tables.stream`` reads them in this process, by the compiled
-    reader (``Export.row_reader``) or by the Python fetch."""
+    reader (on the export's connection, ``Export.borrowed_reader``, or without ``borrow`` on
+    a second one, ``Export.row_reader``) or by the Python fetch."""
     from prvstream.daemon.nsys import tables
     from prvstream.daemon.nsys.export import open_export
 
     with open_export(path) as export:
         if not use_c:
             export.row_reader = lambda: None  # type: ignore[method-assign]
+        if not use_c or not borrow:
             export.borrowed_reader = lambda: None  # type: ignore[method-assign]
         out = []
         for kind in kinds if kinds is not None else tables.available_kinds(export):
@@ -100,18 +103,19 @@ def test_in_process_streams_read_by_the_c_reader_equal_the_python_fetch(
     for name in ("nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite",
                  "nsys2026.2_torchrun2gpu_nccl_nvtx_h100.sqlite"):
         for chunk in (1000, 65536):
-            c = _in_process(real_data_dir / name, None, True, chunk)
+            c = _in_process(real_data_dir / name, None, True, chunk, borrow=False)
             assert c == _in_process(real_data_dir / name, None, False, chunk), (name, chunk)
 
 
 def test_in_process_c_reader_errors_are_the_python_fetchs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A text in an integer column and damaged pages: the same errors either way, by a
-    second connection (``READER_ROWS`` 0) or on the export's own (``borrowed_reader``)."""
+    second connection or on the export's own (``borrowed_reader``)."""
     from prvstream.daemon.nsys import tables
     from prvstream.sinks.errors import NotAnExport
     from tests.conftest import make_db, osrt_export_with_wrecked_pages
 
+    monkeypatch.setattr(tables, "READER_ROWS", 0)
     bad = make_db(tmp_path / "bad.sqlite", {
         "StringIds": (["id INTEGER PRIMARY KEY", "value"], [(1, "f")]),
         "OSRT_API": (["start", "end", "globalTid", "nameId"],
@@ -120,10 +124,9 @@ def test_in_process_c_reader_errors_are_the_python_fetchs(
     wrecked = osrt_export_with_wrecked_pages(tmp_path / "big.sqlite")
     for path in (bad, wrecked):
         messages = []
-        for use_c, least in ((True, 0), (True, 1 << 62), (False, 0)):
-            monkeypatch.setattr(tables, "READER_ROWS", least)
+        for use_c, borrow in ((True, False), (True, True), (False, False)):
             with pytest.raises(NotAnExport) as caught:
-                _in_process(path, ["osrt"], use_c, 1000)
+                _in_process(path, ["osrt"], use_c, 1000, borrow)
             messages.append(str(caught.value))
         assert messages[0] == messages[1] == messages[2], path
 
@@ -154,17 +157,16 @@ def test_the_c_reader_declines_a_file_replaced_since_the_export_opened(
         assert export.row_reader() is not None
 
 
-def test_small_exports_are_read_by_the_c_reader_on_their_own_connection(
+def test_exports_are_read_by_the_c_reader_on_their_own_connection(
         real_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below ``READER_ROWS`` the compiled reader borrows the export's connection (no second
-    one): every kind of two real exports in chunks smaller and larger than a table, the
+    """The compiled reader borrows the export's connection (no second one), whatever its
+    rows: every kind of two real exports in chunks smaller and larger than a table, the
     bytes of the Python fetch; a stream whose export closed meanwhile fails as the Python
     fetch's does."""
     from prvstream.daemon.nsys import tables
     from prvstream.daemon.nsys.export import open_export
     from prvstream.sinks.errors import NotAnExport
 
-    monkeypatch.setattr(tables, "READER_ROWS", 1 << 62)
     name = "nsys2022.2cap_2024.5exp_cloverleaf_a100.sqlite"
     with open_export(real_data_dir / name) as export:
         db = export.borrowed_reader()

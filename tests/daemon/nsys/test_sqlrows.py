@@ -25,13 +25,21 @@ _VALUE = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31) - 2, 2
 _LAYOUT = ((0, 8, 16), (8, 4, 8))
 
 
-def _chunks(path: Path, use_c: bool, chunk: int) -> list[tuple[int, bytes]]:
-    """Every answer of a stream over the table until its end or first error."""
+def _chunks(path: Path, use_c: bool, chunk: int, borrow: bool = False
+            ) -> list[tuple[int, bytes]]:
+    """Every answer of a stream over the table until its end or first error (``borrow``: the
+    C reader on the Python connection itself, ``_sqlrows.borrow``)."""
     child.fill_rows = rowfill.ROW_FILLER.function  # type: ignore[assignment]
     uri = f"file:{path}?mode=ro"
     con, _ = child._connect(uri)
     assert con is not None
     db: Any = rowfill.SQL_ROWS.function(uri, list(child.PRAGMAS)) if use_c else None
+    if borrow:
+        import _sqlite3
+
+        lend = rowfill.sql_borrow()
+        assert lend is not None
+        db = lend(con, _sqlite3.__file__)
     request = {"sql": "SELECT a, b, c FROM t ORDER BY k", "itemsize": 24,
                "offsets": list(_LAYOUT[0]), "sizes": list(_LAYOUT[1])}
     stream = child._open(con, request, 0, db)
@@ -62,7 +70,8 @@ def test_the_c_fetch_gives_the_python_fetchs_answers(rows: list[tuple[object, ..
         con.close()
         py = _chunks(path, False, chunk)
         c = _chunks(path, True, chunk)
-    assert c == py  # a message counts rows within the chunk (of at most FETCH_ROWS here)
+        borrowed = _chunks(path, True, chunk, borrow=True)
+    assert c == py == borrowed  # a message counts rows within the chunk (of at most FETCH_ROWS)
 
 
 def test_sqlite_errors_are_the_python_fetchs(tmp_path: Path) -> None:

@@ -134,8 +134,12 @@ from prvstream.daemon.cli.main import main
 status = main()  # the console script's call: the process is prvstream's
 hidden = "typing_extensions" not in sys.modules
 import typing_extensions  # a later import works as usual
+import inspect, textwrap
+import numpy as np
+restored = (inspect.cleandoc(" a\\n  b") == "a\\nb" and textwrap.dedent("  a\\n  b") == "a\\nb"
+            and inspect.signature(np.ndarray.sum) is not None)
 print(json.dumps({"status": status, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count(),
-                  "hidden": hidden}))
+                  "hidden": hidden, "restored": restored}))
 """
 
 
@@ -144,13 +148,15 @@ def test_start_up_objects_leave_the_collector(real_data_dir: Path, tmp_path: Pat
     freezes what they made (the collector's passes over it were 3% of a small conversion);
     the collector runs again for the conversion. A call from Python leaves it alone. msgspec
     loads without ``typing_extensions`` (on Python 3.11 and later it takes the same objects
-    from ``typing``), which the process can still import afterwards."""
+    from ``typing``), which the process can still import afterwards; numpy loads without
+    cleaning its docstrings, and ``inspect.cleandoc`` and ``textwrap.dedent`` are the real
+    ones afterwards."""
     export = str(real_data_dir / "nsys2026.1_torch_tiny_rtx3080.sqlite")
     argv = ["convert", export, "-o", str(tmp_path / "out"), "--no-progress", "--quiet"]
     proc = subprocess.run([sys.executable, "-c", _GC_PROBE, *argv], capture_output=True,
                           text=True, timeout=120, check=True)
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert found["status"] == 0 and found["enabled"] and found["hidden"]
+    assert found["status"] == 0 and found["enabled"] and found["hidden"] and found["restored"]
     assert found["frozen"] > 10_000  # the modules' objects, numpy's and msgspec's among them
     frozen = gc.get_freeze_count()
     assert cli_main.main([*argv[:3], str(tmp_path / "again"), *argv[4:]]) == 0

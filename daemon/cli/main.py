@@ -525,6 +525,7 @@ def _load_numpy() -> None:
     (``numpy.ma`` formats with ``dedent``) gets the real ones."""
     if "numpy" in sys.modules:
         return
+    import importlib
     import inspect
     import textwrap
 
@@ -532,10 +533,15 @@ def _load_numpy() -> None:
     for module, name, _ in cleaners:
         setattr(module, name, _as_written)
     try:
-        import numpy  # noqa: F401
+        importlib.import_module("numpy")
+    except Exception:  # a numpy whose loading needs them: loaded again, as it is everywhere
+        for loaded in [m for m in sys.modules if m == "numpy" or m.startswith("numpy.")]:
+            del sys.modules[loaded]
     finally:
         for module, name, cleaner in cleaners:
             setattr(module, name, cleaner)
+    if "numpy" not in sys.modules:
+        importlib.import_module("numpy")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -211,3 +211,30 @@ def test_help_shows_the_built_in_defaults() -> None:
         if key != "state_dir":
             assert getattr(defaults, key) == value, key
     assert "STATE_DIRECTORY" in cli_main._DEFAULTS["state_dir"]  # type: ignore[operator]
+
+
+#: numpy refuses to load while the docstring cleaners are swapped (as a numpy whose loading
+#: needed them would); ``_load_numpy`` must still leave it loaded and the cleaners restored
+_NEEDS_CLEANERS = """
+import importlib.abc, inspect, sys, textwrap
+real = (inspect.cleandoc, textwrap.dedent)
+
+class NeedsCleaners(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy._core" and textwrap.dedent is not real[1]:
+            raise ImportError("this numpy needs textwrap.dedent as it loads")
+        return None
+
+sys.meta_path.insert(0, NeedsCleaners())
+from prvstream.daemon.cli.main import _load_numpy
+_load_numpy()
+import numpy
+print(numpy.add(1, 2), (inspect.cleandoc, textwrap.dedent) == real)
+"""
+
+
+def test_numpy_loads_even_where_it_needs_its_docstring_cleaners() -> None:
+    proc = subprocess.run([sys.executable, "-c", _NEEDS_CLEANERS], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "True"], proc.stdout

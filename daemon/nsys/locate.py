@@ -67,6 +67,10 @@ class Candidate(msgspec.Struct, frozen=True):
         return self.job_dir.name
 
 
+#: job folders whose ``Path`` discovery keeps for the candidates found in them
+_FOLDERS_KEPT = 1024
+
+
 def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip(os.sep) + os.sep)
 
@@ -95,6 +99,10 @@ class DiscoveryScope:
         self._waiting_reps: set[str] = set()
         #: paths refused once for a name that is not UTF-8 (logged once each)
         self._not_utf8: set[str] = set()
+        #: job folders met lately: a candidate's path is made as a child of its folder's
+        #: ``Path``, sharing its parts (a flood of waiting files holds one name string each,
+        #: not every component of its path again)
+        self._folders: dict[str, Path] = {}
 
     # -- rules -------------------------------------------------------------------------------
     def root_of(self, path: str) -> Path | None:
@@ -173,7 +181,17 @@ class DiscoveryScope:
                     log.info("nsys_rep_waiting", path=real,
                              hint="nsys is not on PATH: waiting for its .sqlite export")
                 return None
-        return Candidate(Path(real), Path(job_dir), root, kind)
+        folder = self._folder(job_dir)
+        return Candidate(folder / os.path.basename(real), folder, root, kind)
+
+    def _folder(self, job_dir: str) -> Path:
+        """The ``Path`` of ``job_dir``, shared by the candidates found in it."""
+        folder = self._folders.get(job_dir)
+        if folder is None:
+            if len(self._folders) >= _FOLDERS_KEPT:
+                self._folders.clear()
+            folder = self._folders[job_dir] = Path(job_dir)
+        return folder
 
     # -- walking -----------------------------------------------------------------------------
     def walk(self, top: Path | None = None) -> Iterator[tuple[str, os.stat_result]]:

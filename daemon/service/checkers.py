@@ -157,5 +157,7 @@ class ReadinessPool:
 
     def _done(self, entry: Pending) -> None:
         entry.job.waiting.discard(entry.key)
+        if not entry.job.waiting:  # a drained flood's table goes with it (a set never shrinks)
+            entry.job.waiting = set()
         entry.job.last_change = time.monotonic()
         self._changed()

@@ -27,12 +27,14 @@ class JobFlow:
     def landed(self, path: Path, records: int, now: float | None = None) -> None:
         """``path`` is in the trace (or will never be: ``records`` 0 and set aside)."""
         now = time.monotonic() if now is None else now
-        self._ready.pop(path, None)
+        self.gone(path)
         if records:
             self._landed.append((now, records))
 
     def gone(self, path: Path) -> None:
         self._ready.pop(path, None)
+        if not self._ready:  # a drained flood's table goes with it (a dict never shrinks)
+            self._ready = {}
 
     def snapshot(self, now: float | None = None) -> dict[str, float | int]:
         """backlog, lag_s (age of the oldest waiting report), reports_per_min, records_per_s."""

@@ -46,24 +46,24 @@ __all__ = ["Append", "Finalize", "Job", "JobStatus", "Refresh", "SetAside", "Sha
 log = get_logger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Append:
     path: Path
     ready: Ready
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SetAside:
     path: Path
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finalize:
     why: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Refresh:
     """Write ``status.json`` again (the job's ``prvstream.expect`` changed)."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,11 @@ class Invalid(msgspec.Struct, frozen=True, tag="invalid"):
 Verdict = Ready | NotYet | Invalid
 
 
+#: a stat signature as one ``bytes`` (a flood of waiting files keeps one object a file for it,
+#: not a tuple and four ints); equal exactly when the signatures are
+_PACKED_SIG = struct.Struct("<QQqq")
+
+
 def stat_signature(path: Path) -> tuple[int, int, int, int]:
     """``(device, inode, size, mtime_ns)`` of ``path`` itself (a symlink is not followed)."""
     st = os.lstat(path)
@@ -149,6 +155,15 @@ def check_export(path: Path, root: str | os.PathLike[str] | None = None) -> Verd
     return Ready(after)
 
 
+def _packed_signature(path: Path) -> bytes:
+    """``stat_signature(path)`` packed (its text when a value does not fit 64 bits)."""
+    sig = stat_signature(path)
+    try:
+        return _PACKED_SIG.pack(*sig)
+    except struct.error:
+        return repr(sig).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Pace:
     """How :func:`look` paces a file (shared by every file a service waits on)."""
@@ -171,8 +186,9 @@ class Settling:
     start: float
     delay: float
     stable_since: float
-    last_sig: tuple[int, int, int, int] | None = None
-    corrupt_sig: tuple[int, int, int, int] | None = None
+    #: the last and the last corrupt-looking signature, packed (``_PACKED_SIG``)
+    last_sig: bytes | None = None
+    corrupt_sig: bytes | None = None
     corrupt_since: float = 0.0
     reason: str = "never checked"
     missing_since: float | None = None
@@ -190,7 +206,7 @@ async def look(path: Path, st: Settling, pace: Pace,
     now = time.monotonic()
     settle = pace.settle
     try:
-        sig: tuple[int, int, int, int] | None = stat_signature(path)
+        sig: bytes | None = _packed_signature(path)
     except FileNotFoundError:
         sig = None
         st.reason = "the file does not exist"

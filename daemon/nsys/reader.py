@@ -39,8 +39,8 @@ from prvstream.daemon.nsys.export import ro_uri
 from prvstream.sinks.errors import NotAnExport, PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["InlineTexts", "ReaderLease", "ReaderProcess", "enabled", "lease", "retire",
-           "shutdown"]
+__all__ = ["InlineTexts", "ReaderLease", "ReaderProcess", "enabled", "lease", "prestart",
+           "retire", "shutdown"]
 
 log = get_logger(__name__)
 
@@ -338,6 +338,20 @@ def lease(path: Path) -> ReaderLease | None:
     except PrvstreamError:
         _release()
         return None
+
+
+def prestart() -> None:
+    """Start the reader process now, when it can run here and none runs: a report about to
+    lease it (``sources.open_source``) then finds it started, its interpreter having started
+    while this process opened and planned the export, instead of after. A reader never
+    leased quits as any idle one does (``retire``, ``shutdown``)."""
+    global _reader
+    if not enabled():
+        return
+    with _lock:
+        if _reader is None:
+            with contextlib.suppress(OSError):  # ``lease`` tries again and says why
+                _reader = ReaderProcess()
 
 
 def _release() -> None:

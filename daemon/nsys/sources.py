@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -19,8 +20,8 @@ from prvstream.sinks.logger import get_logger
 if TYPE_CHECKING:
     from prvstream.daemon.nsys.reader import ReaderLease
 
-__all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "reader_kinds",
-           "retire_reader"]
+__all__ = ["ChunkSource", "InProcessSource", "ReaderSource", "open_source", "prestart_reader",
+           "reader_kinds", "retire_reader"]
 
 log = get_logger(__name__)
 
@@ -139,6 +140,29 @@ def _lease(export: Export) -> ReaderLease | None:
     from prvstream.daemon.nsys import reader
 
     return reader.lease(export.path) if reader.enabled() else None
+
+
+#: an export file at least this large is likely to hold the rows the reader reads from
+#: (``_READER_MIN_ROWS``): synthetic and pipeline exports take about 55 bytes a row, the real
+#: ones 100 to 400 (their other tables); a reader started for a report it does not read from
+#: idles until the batch retires it
+_PRESTART_BYTES = 4 << 20
+
+
+def prestart_reader(path: Path, use_reader: bool = True) -> None:
+    """``reader.prestart`` for an export about to be planned and streamed alone, when its file
+    is ``_PRESTART_BYTES`` or more (``open_source`` then leases the reader started): the
+    child's interpreter starts while this process opens and plans the export."""
+    if not use_reader:
+        return
+    try:
+        if path.stat().st_size < _PRESTART_BYTES:
+            return
+    except OSError:
+        return
+    from prvstream.daemon.nsys import reader
+
+    reader.prestart()
 
 
 def retire_reader() -> None:

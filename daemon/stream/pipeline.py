@@ -34,7 +34,7 @@ from prvstream.daemon.kinds.context import (
 from prvstream.daemon.nsys import heldrows, tables
 from prvstream.daemon.nsys.export import Export, ExportPlan, open_export
 from prvstream.daemon.nsys.heldrows import HeldRows, HeldSource, RowSpill
-from prvstream.daemon.nsys.sources import ChunkSource, open_source
+from prvstream.daemon.nsys.sources import ChunkSource, open_source, prestart_reader
 from prvstream.daemon.stream.claims import Claim, relative_spans
 from prvstream.daemon.stream.merge import Stream, merge, merge_whole
 from prvstream.daemon.stream.numbering import Numbering
@@ -163,6 +163,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
     distinct values come from them where they can (``plan_export``), so the export takes one
     connection and no planning scan of the tables read.
     """
+    if prefetch_rows is not None:
+        prestart_reader(path, use_reader)  # its start overlaps the planning below
     export = open_export(path)
     source: ChunkSource | None = None
     held: HeldRows | None = None

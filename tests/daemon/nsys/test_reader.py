@@ -281,3 +281,36 @@ def test_the_join_driver_s_bounds_are_read_once(job: list[Path],
         for kind in kinds:
             expected = np.concatenate(list(tables.stream(export, kind, chunk)))
             assert got[kind].tobytes() == expected.tobytes(), kind
+
+
+def test_a_large_single_report_starts_the_reader_before_it_is_planned(
+        job: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prestart_reader``: a report streamed alone from a file of ``_PRESTART_BYTES`` or
+    more starts the reader before its export opens, and its stream leases that one; a smaller
+    file, or the reader switched off, starts none early."""
+    from prvstream.daemon.stream import pipeline
+
+    reader.shutdown()
+    size = job[0].stat().st_size
+    started: list[int] = []
+    real_open = pipeline.open_export
+
+    def opening(path: Path) -> object:
+        started.append(reader._reader.pid if reader._reader is not None else 0)
+        return real_open(path)
+
+    monkeypatch.setattr(pipeline, "open_export", opening)
+    for limit, use in ((size + 1, True), (size, False)):
+        monkeypatch.setattr(sources, "_PRESTART_BYTES", limit)
+        pipeline.prepare(job[0], None, prefetch_rows=16, use_reader=use).close()
+        reader.shutdown()  # the stream's own lease started one after the export opened
+    assert started == [0, 0]
+    monkeypatch.setattr(sources, "_PRESTART_BYTES", size)
+    rep = pipeline.prepare(job[0], None, prefetch_rows=16)
+    try:
+        assert started[-1] != 0 and reader._reader is not None
+        assert reader._reader.pid == started[-1]  # the one leased for the stream
+        assert isinstance(rep.source, sources.ReaderSource)
+    finally:
+        rep.close()
+        reader.shutdown()

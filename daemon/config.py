@@ -202,7 +202,10 @@ class _BadValue(ConfigError):
         self.key, self.why, self.value = key, why, value
 
 
-_FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
+#: the settings' names, in their order (``__struct_fields__``: ``msgspec.structs.fields``
+#: would resolve every annotation of ``Settings`` at import, which ``msgspec.convert`` does
+#: again for itself at the first load)
+_FIELDS: tuple[str, ...] = Settings.__struct_fields__
 
 
 #: on/off settings, and the environment values that mean off (anything else means on)

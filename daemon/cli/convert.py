@@ -20,7 +20,8 @@ from prvstream.sinks.efficiency import EfficiencyModel
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.files import atomic_write
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary import SummaryState, encode_record, verdict
+from prvstream.sinks.summary import verdict
+from prvstream.sinks.summary.records import RecordHead
 
 __all__ = ["closing_block", "run"]
 
@@ -43,14 +44,15 @@ def _records_line(result: ConvertResult, prv: Path) -> str:
             + f"; span {result.end_time / 1e9:.3f} s, converted in {result.seconds:.2f} s")
 
 
-def _verdict_text(state: SummaryState) -> str:
+def _verdict_text(head: RecordHead) -> str:
     """The summary's verdict: the dominant loss and the device that causes it."""
-    text = verdict(state.metrics, state.span_ns, state)
+    text = verdict(head.metrics, head.span_ns, head)
     return " ".join(text.removeprefix("verdict: ").split())
 
 
-def closing_block(result: ConvertResult, state: SummaryState, out: Path) -> str:
-    """What ``convert`` prints on success: the records, the efficiency and where things are."""
+def closing_block(result: ConvertResult, state: RecordHead, out: Path) -> str:
+    """What ``convert`` prints on success: the records, the efficiency and where things are
+    (``state``: the summary's head, ``EfficiencyModel.head``)."""
     m = state.metrics
     prv, summary = f"{out}.prv", f"{out}.summary.json"
     lines = [
@@ -113,10 +115,11 @@ def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
         if progress is not None:
             progress.close()
     summary_path = out.with_name(out.name + ".summary.json")
-    state = model.state()
-    # its directory's fsync also makes the trace's and the history's renames there durable
-    atomic_write(summary_path, encode_record(state))
+    # ``encode_record(model.state())``, spliced from the kept records' bytes instead of
+    # decoded and encoded again; its directory's fsync also makes the trace's and the
+    # history's renames there durable
+    atomic_write(summary_path, model.state_json())
     result.outputs += [str(summary_path), str(history)]
     if not args.quiet:
-        sys.stdout.write(closing_block(result, state, out))
+        sys.stdout.write(closing_block(result, model.head(), out))
     return 1 if result.failed else 0

@@ -14,7 +14,13 @@ from prvstream.sinks.efficiency.views import RecordViews
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.encoded import EncodedRecord, RecordSpool
 from prvstream.sinks.summary.fold import fold
-from prvstream.sinks.summary.records import SummaryRecord, SummaryState, encode_record
+from prvstream.sinks.summary.records import (
+    RecordHead,
+    SummaryRecord,
+    SummaryState,
+    decode_head,
+    encode_record,
+)
 from prvstream.sinks.summary.spill import SpilledFolder
 
 __all__ = ["UpdateQueue"]
@@ -147,6 +153,13 @@ class UpdateQueue(RecordViews):
         if not self._reports:
             return fold([self._cumulative().record()], recent=self._folder.recent)
         return self._folder.state()
+
+    def head(self) -> RecordHead:
+        """``state()``'s span, metrics, verdict, notes and devices (what ``convert`` prints),
+        decoded from the cumulative record alone."""
+        if not self._reports:
+            return decode_head(self._cumulative().data)
+        return self._folder.head()
 
     def state_json(self) -> bytes:
         """``encode_record(self.state())`` (``summary.json``), spliced from the kept records'

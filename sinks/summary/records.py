@@ -19,11 +19,13 @@ __all__ = [
     "HostMetrics",
     "HostRow",
     "Metrics",
+    "RecordHead",
     "SummaryRecord",
     "SummaryState",
     "TableRow",
     "Verdict",
     "View",
+    "decode_head",
     "decode_record",
     "decode_state",
     "encode_record",
@@ -231,6 +233,18 @@ class SummaryState(SummaryRecord, kw_only=True):
 
 
 
+class RecordHead(msgspec.Struct, kw_only=True):
+    """What ``convert``'s closing lines show of a record or state: its span, metrics, verdict
+    and notes and how many devices it lists, decoded without the types of its rows (a
+    decoder of the whole record resolves the annotations of every type it can reach)."""
+
+    span_ns: int
+    metrics: Metrics
+    devices: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    verdict: Verdict | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -259,6 +273,18 @@ def decode_state(data: bytes) -> SummaryState:
     except msgspec.DecodeError as exc:
         raise PrvstreamError(f"not a prvstream summary ({exc}); pass a summary.json, "
                              f"summary.jsonl or a job directory") from exc
+
+
+
+@functools.cache
+def _head_decoder() -> msgspec.json.Decoder[RecordHead]:
+    """Built at the first decode, like ``_record_decoder``."""
+    return msgspec.json.Decoder(RecordHead)
+
+
+def decode_head(data: bytes) -> RecordHead:
+    """The ``RecordHead`` of one record's (or a state's) JSON."""
+    return _head_decoder().decode(data)
 
 
 

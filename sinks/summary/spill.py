@@ -18,8 +18,10 @@ from prvstream.sinks.summary.fold import SummaryFolder
 from prvstream.sinks.summary.records import (
     DEFAULT_RECENT,
     SCHEMA_VERSION,
+    RecordHead,
     SummaryRecord,
     SummaryState,
+    decode_head,
     decode_record,
     encode_record,
     zero_metrics,
@@ -133,6 +135,11 @@ class SpilledFolder(SummaryFolder):
                             phases=[decode_record(self._read(p)) for p in phases],
                             phase_totals=[decode_record(self._read(t)) for t in totals],
                             recent=self.recent)
+
+    def head(self) -> RecordHead:
+        """``state()``'s head (its cumulative record's), without decoding the other records."""
+        base = self.refs.get(("cumulative", "", 0))
+        return decode_head(self._read(base) if base is not None else encode_record(_EMPTY))
 
     def state_json(self) -> bytes:
         """``encode_record(self.state())``, spliced from the records' bytes."""

@@ -6,7 +6,13 @@ import datetime as _dt
 from collections.abc import Sequence
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.records import HostMetrics, Metrics, SummaryRecord, SummaryState
+from prvstream.sinks.summary.records import (
+    HostMetrics,
+    Metrics,
+    RecordHead,
+    SummaryRecord,
+    SummaryState,
+)
 from prvstream.sinks.summary.verdict import blame_order
 
 __all__ = ["host_lines", "opt_pct", "pct", "render_table", "secs", "verdict"]
@@ -18,7 +24,8 @@ _LOSSES = (("load_balance", "load imbalance", "LB"),
            ("orchestration_efficiency", "orchestration", "OE"))
 
 
-def verdict(metrics: Metrics, span_ns: int = 1, record: SummaryRecord | None = None) -> str:
+def verdict(metrics: Metrics, span_ns: int = 1,
+            record: SummaryRecord | RecordHead | None = None) -> str:
     """One line naming the dominant loss (the smallest of LB, CE and OE) and, from a record's
     verdict (schema 3), the device that causes it."""
     if record is not None and record.verdict is not None and record.span_ns > 0:

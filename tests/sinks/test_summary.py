@@ -274,7 +274,8 @@ def test_state_lists_name_totals_and_older_readers_still_end_on_cumulative(
 def test_the_kept_records_wait_on_disk_and_summary_json_is_spliced_from_them(
         tmp_path: Path) -> None:
     """The model's folded state holds keys, not records; its ``summary.json`` bytes are those
-    of the decoded state, and a folder restored from them continues identically."""
+    of the decoded state, its head (``convert``'s closing lines) is the state's, and a folder
+    restored from them continues identically."""
     from prvstream.sinks.summary.spill import SpilledFolder
 
     model, _, _ = _feed(tmp_path / "summary.jsonl")
@@ -286,6 +287,10 @@ def test_the_kept_records_wait_on_disk_and_summary_json_is_spliced_from_them(
     state = model.state()
     assert len(state.windows) == 2 and len(state.phases) == 2 and state.devices
     assert model.state_json() == encode_record(state)
+    for m, st in ((model, state), (EfficiencyModel("none"), EfficiencyModel("none").state())):
+        head = m.head()  # what convert prints, decoded from the cumulative record alone
+        assert (head.span_ns, head.metrics, head.verdict, head.notes, len(head.devices)) == (
+            st.span_ns, st.metrics, st.verdict, st.notes, len(st.devices))
     again = SpilledFolder(state, recent=1)
     assert again.state_json() == encode_record(fold([], state, recent=1))
     small = SpilledFolder(recent=1)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prvstream.daemon import heap
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds.bounds import hostile_text
 from prvstream.daemon.nsys import sqlitemode
-from prvstream.daemon.progress import TerminalProgress
 from prvstream.daemon.stream.batch import FLUSH_ROWS, convert
 from prvstream.daemon.stream.outputs import claim, resolve_output
 from prvstream.daemon.stream.trace import ConvertResult
@@ -22,6 +22,9 @@ from prvstream.sinks.files import atomic_write
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary import verdict
 from prvstream.sinks.summary.records import RecordHead
+
+if TYPE_CHECKING:
+    from prvstream.daemon.progress import TerminalProgress
 
 __all__ = ["closing_block", "run"]
 
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     out = resolve_output(args.output, args.inputs, force=getattr(args, "force", False))
     progress = None
     if sys.stderr.isatty() and not args.no_progress and not args.quiet:
+        from prvstream.daemon.progress import TerminalProgress  # on a terminal only
+
         progress = TerminalProgress("converting")
     model = EfficiencyModel(out.name, window_ns=int(settings.window * 1e9),
                             flush_rows=FLUSH_ROWS, gap_threshold_ns=settings.gap_threshold_ns,

@@ -19,7 +19,6 @@ from prvstream.daemon.nsys.heldrows import RowSpill
 from prvstream.daemon.stream.dedupe import shares_processes
 from prvstream.daemon.stream.pipeline import PreparedReport, ReportObjects, objects_of
 from prvstream.daemon.stream.planned import HelperDiverged, RemoteReport, plan_one, use_helper
-from prvstream.daemon.stream.spool import InOrderReplay
 from prvstream.daemon.stream.trace import ConvertResult, write_trace
 from prvstream.sinks.base import Sink
 from prvstream.sinks.efficiency import EfficiencyModel
@@ -29,6 +28,7 @@ from prvstream.sinks.summary import SummaryWriter
 
 if TYPE_CHECKING:
     from prvstream.daemon.stream.helper import BatchHelper
+    from prvstream.daemon.stream.spool import InOrderReplay
 
 __all__ = ["FLUSH_ROWS", "SummaryHistory", "convert", "expand_inputs"]
 
@@ -273,8 +273,12 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
     split = (helper is not None and model is not None and len(everything) > 1
              and not _share_devices(reports, remote))
     fed = [r for r in ordered if isinstance(r, PreparedReport)] if split else ordered
-    replay = None if model is None or len(everything) == 1 else InOrderReplay(
-        model, [r.path for r in fed], settings.fan_in)
+    replay: InOrderReplay | None = None
+    if model is not None and len(everything) > 1:
+        # the replay's module loads for a batch of several reports only
+        from prvstream.daemon.stream.spool import InOrderReplay
+
+        replay = InOrderReplay(model, [r.path for r in fed], settings.fan_in)
     if helper is not None and replay is not None:
         helper.models = split
         if not split:

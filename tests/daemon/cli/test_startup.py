@@ -81,12 +81,14 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
 #: only inputs large enough for the reader, or reports to export, start a process), the
 #: summary's plot and Prometheus file, the efficiency model's mergeable partial state,
 #: dataclasses (the core's record types are msgspec Structs: a class costs 20 us, not 0.5 ms),
-#: and the batch helper process's machinery (``stream.helper`` with ``signal``: only a batch
-#: of many reports forks one)
+#: the batch helper process's machinery (``stream.helper`` with ``signal``: only a batch
+#: of many reports forks one), the in-order replay of several reports (``stream.spool``) and
+#: the terminal's progress line (``progress``: on a terminal only)
 _NOT_ON_THE_CONVERT_PATH = (
     "asyncio", "anyio", "aiofiles", "watchdog", "structlog", "distributed", "dask", "html",
     "subprocess", "dataclasses", "tomllib", "numpy.ma", "signal",
-    "prvstream.daemon.stream.helper",
+    "prvstream.daemon.stream.helper", "prvstream.daemon.stream.spool",
+    "prvstream.daemon.progress",
     "prvstream.daemon.live", "prvstream.daemon.service", "prvstream.daemon.scale",
     "prvstream.daemon.synthetic", "prvstream.sinks.report", "prvstream.daemon.nsys.reader",
     "prvstream.daemon.nsys.exporter", "prvstream.daemon.nsys.locate",

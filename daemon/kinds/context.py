@@ -4,7 +4,6 @@ objects and value ids, sequence numbers, and the per-thread state that spans chu
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -139,7 +138,8 @@ class ReportContext(msgspec.Struct):
     process_index: dict[int, int]
     #: (globalPid, device) -> index into ReportInfo.devices
     device_index: dict[tuple[int, int], int]
-    phase_pattern: re.Pattern[str]
+    #: the phase pattern (``Settings.phase_pattern``), compiled where NVTX ranges are named
+    phase_pattern: str
     #: (names, value group, id) -> label (``registry.value_label``)
     value_label: Callable[[Names, str, int], str] = _no_label
     phase_names: list[str] = msgspec.field(default_factory=list)

@@ -5,6 +5,7 @@ the phase pattern are efficiency phases.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Final
 
@@ -141,7 +142,8 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
 def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.ndarray,
             labels: list[str], inverse: np.ndarray) -> np.ndarray | None:
     """The ranges (not marks) whose name matches the phase pattern."""
-    matching = [bool(ctx.phase_pattern.search(lab)) for lab in labels]
+    pattern = re.compile(ctx.phase_pattern)  # once a process: re's cache keeps it
+    matching = [bool(pattern.search(lab)) for lab in labels]
     if not any(matching):
         return None
     sel = np.flatnonzero(np.array(matching, dtype=bool)[inverse]

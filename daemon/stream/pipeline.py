@@ -8,7 +8,6 @@ phases, in time order, to a sink. Batch conversion and the daemon both build on 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -336,7 +335,7 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     ctx = ReportContext(
         names=rep.export, ids=numbering, host=rep.host, offset=offset,
         report_index=report_index, end_rel=meta.last_ns + offset, process_index=process_index,
-        device_index={}, phase_pattern=re.compile(phase_pattern),
+        device_index={}, phase_pattern=phase_pattern,
         thread_names=rep.export.thread_names(), nvtx_domain_names=rep.export.nvtx_domains(),
         sync_devices={(g, s, d): dev for g, s, d, dev in rep.plan.sync_devices},
         metric_owner=metric_owners(rep.plan), value_label=registry.value_label,

@@ -3,7 +3,6 @@ so that each kind's converter is tested on its own (lines derived from docs/mapp
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,7 +40,7 @@ class Names:
 def new_context(**extra: Any) -> ReportContext:
     return ReportContext(
         names=Names(), ids=Numbering(), host="h", offset=0, report_index=0, end_rel=10_000,
-        process_index={G: 0}, device_index={(G, 0): 0}, phase_pattern=re.compile(r"^step"),
+        process_index={G: 0}, device_index={(G, 0): 0}, phase_pattern=r"^step",
         value_label=registry.value_label, **extra)
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from prvstream.sinks.errors import OutputConflict
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["OWNED_MARKER", "atomic_write", "atomic_write_all", "fsync_all", "fsync_dir",
-           "output_mode"]
+__all__ = ["OWNED_MARKER", "atomic_write", "atomic_write_all", "exclusive_file", "fsync_all",
+           "fsync_dir", "output_mode"]
 
 log = get_logger(__name__)
 
@@ -39,6 +39,21 @@ def output_mode() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def exclusive_file(directory: str | os.PathLike[str], prefix: str,
+                   suffix: str) -> tuple[int, str]:
+    """A new file ``prefix`` + a random part + ``suffix`` in ``directory``, created by this
+    call (never through a link), mode 0600: its descriptor and path (``tempfile.mkstemp``'s
+    contract, without loading ``tempfile``)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{os.urandom(5).hex()}{suffix}")
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for a temporary file in {directory}")
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import os
 import pickle
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -301,6 +300,8 @@ RUN_FRAME = 4096
 def write_run(batches: Iterator[tuple[RecordBatch, int]], directory: Path) -> Path:
     """Spill a merged stream to a temporary run file (our own pickle frames of at least
     ``RUN_FRAME`` records but the last; a frame carries the watermark of its last batch)."""
+    import tempfile  # a merge of runs only
+
     fd, name = tempfile.mkstemp(prefix="run-", suffix=".bin", dir=directory)
     held: list[RecordBatch] = []
     count = 0
@@ -352,6 +353,8 @@ def merge_bounded(
     if len(streams) <= fan_in:
         yield from merge(streams)
         return
+    import tempfile  # a merge of runs only
+
     with tempfile.TemporaryDirectory(prefix="prvstream-merge-", dir=tmpdir) as scratch:
         yield from merge([s for s, _, _ in reduce_streams(streams, fan_in, fan_in,
                                                           Path(scratch), weights)])

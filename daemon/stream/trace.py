@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -44,7 +43,7 @@ from prvstream.daemon.stream.pipeline import (
 from prvstream.daemon.stream.planned import HelperDiverged, RemoteReport
 from prvstream.sinks.base import Sink
 from prvstream.sinks.errors import NotAnExport, OutputConflict
-from prvstream.sinks.files import atomic_write_all, fsync_dir, output_mode
+from prvstream.sinks.files import atomic_write_all, exclusive_file, fsync_dir, output_mode
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.writer import PrvWriter, metadata, placeholder
@@ -261,7 +260,7 @@ def write_trace(
         _check_output(path)
     capacity = paraver_capacity(ids.layout(), origin,
                                 header_capacity or settings.header_capacity)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{prv.name}.", suffix=".tmp", dir=prv.parent)
+    fd, tmp_name = exclusive_file(prv.parent, f".{prv.name}.", ".tmp")
     tmp = Path(tmp_name)
     os.fchmod(fd, output_mode())  # mkstemp's 0600 would hide the trace from its readers
     try:
@@ -350,6 +349,8 @@ def _merged_by_helper(helper: BatchHelper, streams: list[Stream], fan_in: int,
     """Our reports merged into run files, then the helper's final merge of its runs and
     ours written into ``fh`` after the placeholder (by the helper, through the file's path),
     while ``meanwhile`` runs here; (records, end time)."""
+    import tempfile  # a batch's helper process only
+
     scratch = Path(tempfile.mkdtemp(prefix="prvstream-merge-"))
     try:
         keep = max(1, fan_in - helper.run_count(fan_in))

@@ -13,7 +13,6 @@ memory, so a long report's settled instances do not stay resident (``get`` reads
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import weakref
 from array import array
@@ -23,6 +22,7 @@ import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.scratch import unnamed_file
 
 __all__ = ["RowStore"]
 
@@ -46,7 +46,7 @@ def _open_file() -> IO[bytes] | None:
             return None
         _files_open += 1
     try:
-        return tempfile.TemporaryFile(prefix="prvstream-rows-")
+        return unnamed_file("prvstream-rows-")
     except OSError as exc:
         _close_file(None)
         log.warning("rowstore_spill_unavailable", error=str(exc))

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from prvstream.sinks.errors import OutputConflict
-from prvstream.sinks.files import atomic_write, atomic_write_all, fsync_all, fsync_dir, output_mode
+from prvstream.sinks.files import (
+    atomic_write,
+    atomic_write_all,
+    exclusive_file,
+    fsync_all,
+    fsync_dir,
+    output_mode,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -85,3 +92,13 @@ def test_meanwhile_runs_before_the_renames_and_its_error_wins(tmp_path: Path) ->
     calls: list[int] = []
     fsync_all([], meanwhile=lambda: calls.append(1))
     assert calls == [1]
+
+
+def test_exclusive_files_are_new_private_and_never_through_a_link(tmp_path: Path) -> None:
+    made = [exclusive_file(tmp_path, ".out.prv.", ".tmp") for _ in range(3)]
+    for fd, name in made:
+        os.close(fd)
+        path = Path(name)
+        assert path.parent == tmp_path and path.name.startswith(".out.prv.")
+        assert path.suffix == ".tmp" and path.stat().st_mode & 0o777 == 0o600
+    assert len({name for _, name in made}) == 3

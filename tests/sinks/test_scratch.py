@@ -35,3 +35,32 @@ def test_reading_past_the_end_is_an_error(tmp_path: Path) -> None:
     file.append([b"abc"])
     with pytest.raises(OSError, match="ends early"):
         list(file.read_slices(1, 5))
+
+
+@pytest.mark.parametrize("where", ["dir", "missing", "file", "unset"])
+def test_unnamed_files_go_where_tempfile_would_put_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Without ``tempfile`` loaded (or its directory chosen) an unnamed scratch file goes to
+    the directory ``tempfile.gettempdir`` picks: TMPDIR where it is a writable directory,
+    else the next candidate; a directory chosen in ``tempfile`` is used as it is."""
+    import tempfile
+
+    (tmp_path / "file").write_text("x")
+    target = {"dir": tmp_path, "missing": tmp_path / "missing", "file": tmp_path / "file"}
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    if where != "unset":
+        monkeypatch.setenv("TMPDIR", str(target[where]))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with scratch.unnamed_file("test-") as fh:
+        made = os.readlink(f"/proc/self/fd/{fh.fileno()}")
+        fh.write(b"data")
+        fh.seek(0)
+        assert fh.read() == b"data"
+    assert os.path.dirname(made) == tempfile.gettempdir()  # also chooses it, and keeps it
+    assert list(tmp_path.iterdir()) == [tmp_path / "file"]  # unnamed from the start
+    elsewhere = tmp_path / "chosen"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    with scratch.unnamed_file("test-") as fh:
+        assert os.path.dirname(os.readlink(f"/proc/self/fd/{fh.fileno()}")) == str(elsewhere)

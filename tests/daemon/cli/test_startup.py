@@ -83,12 +83,13 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
 #: dataclasses (the core's record types are msgspec Structs: a class costs 20 us, not 0.5 ms),
 #: the batch helper process's machinery (``stream.helper`` with ``signal``: only a batch
 #: of many reports forks one), the in-order replay of several reports (``stream.spool``) and
-#: the terminal's progress line (``progress``: on a terminal only)
+#: the terminal's progress line (``progress``: on a terminal only), and ``tempfile`` with
+#: ``random`` (the scratch files are made without it: ``sinks.scratch.unnamed_file``)
 _NOT_ON_THE_CONVERT_PATH = (
     "asyncio", "anyio", "aiofiles", "watchdog", "structlog", "distributed", "dask", "html",
     "subprocess", "dataclasses", "tomllib", "numpy.ma", "signal",
     "prvstream.daemon.stream.helper", "prvstream.daemon.stream.spool",
-    "prvstream.daemon.progress",
+    "prvstream.daemon.progress", "tempfile", "random",
     "prvstream.daemon.live", "prvstream.daemon.service", "prvstream.daemon.scale",
     "prvstream.daemon.synthetic", "prvstream.sinks.report", "prvstream.daemon.nsys.reader",
     "prvstream.daemon.nsys.exporter", "prvstream.daemon.nsys.locate",

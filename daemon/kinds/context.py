@@ -101,15 +101,29 @@ def factorize(chunk: np.ndarray, columns: tuple[str, ...]
     Much faster than ``np.unique`` on a structured view: each column is factorized on its own
     and the small codes are combined into one integer.
     """
-    code = np.zeros(len(chunk), dtype=np.int64)
+    n = len(chunk)
+    if not n:
+        return [], np.zeros(0, dtype=np.intp)
+    # a column of one value adds nothing to the code (its inverse is all zeros): only the
+    # columns that vary are combined, and one that varies alone is its own code
+    code: np.ndarray | None = None
+    varying = width = 0
     uniques = []
     for name in columns:
         values, inverse = unique_inverse(chunk[name])
         uniques.append(values.tolist())
-        code = code * len(values) + inverse
-    distinct, inverse = unique_inverse(code)
+        if len(values) > 1:
+            code = inverse if code is None else code * len(values) + inverse
+            varying, width = varying + 1, len(values)
+    if code is None:  # one combination
+        return [tuple(u[0] for u in uniques)], np.zeros(n, dtype=np.intp)
+    if varying == 1:  # one column's codes: each of them present, in order
+        codes, inverse = list(range(width)), code
+    else:
+        distinct, inverse = unique_inverse(code)
+        codes = distinct.tolist()
     combos: list[tuple[int, ...]] = []
-    for c in distinct.tolist():
+    for c in codes:
         parts = []
         for values in reversed(uniques):
             c, r = divmod(c, len(values))

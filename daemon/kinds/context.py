@@ -5,7 +5,7 @@ objects and value ids, sequence numbers, and the per-thread state that spans chu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 import msgspec
@@ -244,6 +244,11 @@ class ReportContext(msgspec.Struct):
             self._labels[key] = found
         return found
 
+    def know_labels(self, labels: Mapping[tuple[str, int], str]) -> None:
+        """Labels made already, by (value group, id): the plan's, each what ``value_label``
+        gives (``pipeline.value_labels_of``), so ``label`` does not make them again."""
+        self._labels.update(labels)
+
     def value_id(self, group: str, label: str) -> int:
         """The event value of ``label`` in value group ``group`` (registered when new)."""
         return self.ids.value(group, label)
@@ -251,8 +256,12 @@ class ReportContext(msgspec.Struct):
     def values(self, group: str, ids: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """(value ids per row, labels of the unique ids, inverse index) for string ids."""
         uniq, inverse = unique_inverse(ids)
-        self.names.strings(u for u in uniq.tolist() if u >= 0)
-        labels = [self.label(group, u) for u in uniq.tolist()]
+        found = uniq.tolist()
+        known = self._labels
+        todo = [u for u in found if u >= 0 and (group, u) not in known]
+        if todo:  # their texts in one look-up
+            self.names.strings(todo)
+        labels = [self.label(group, u) for u in found]
         mapped = np.array([self.ids.value(group, lab) for lab in labels], dtype=np.int64)
         return mapped[inverse], labels, inverse
 

@@ -91,6 +91,9 @@ class PreparedReport(msgspec.Struct):
     #: what canonical numbering needs, read once (``objects_of``, ``value_labels_of``)
     objects: ReportObjects | None = None
     value_labels: dict[str, set[str]] | None = None
+    #: the label of each value ``value_labels`` holds, by (value group, id): made once, for
+    #: numbering and again for converting (``ReportContext.know_labels``)
+    labels: dict[tuple[str, int], str] | None = None
     #: where the chunks come from while open (started by ``prepare(prefetch_rows=...)``)
     source: ChunkSource | None = None
     #: whether the reader process may read it (``Settings.reader``)
@@ -287,6 +290,7 @@ def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
     rep.export.strings(v for key, values in rep.plan.values.items()
                        if (group := groups.get(key)) is not None and group.string_ids
                        for v in values if v >= 0)
+    made: dict[tuple[str, int], str] = {}
     for key, values in rep.plan.values.items():
         group = groups.get(key)
         if group is None:
@@ -294,7 +298,9 @@ def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
         labels = out.setdefault(group.name, set())
         for value in values:
             if value not in group.skip:
-                labels.add(group.label(rep.export, value))
+                label = made[(group.name, value)] = group.label(rep.export, value)
+                labels.add(label)
+    rep.labels = made
     return out
 
 
@@ -344,6 +350,8 @@ def report_context(rep: PreparedReport, numbering: Numbering, origin_wall: int,
     for kind, n in rep.export.refused_rows().items():
         ctx.hostile[f"{kind} {NO_END}"] += n
     tasks = register_report(numbering, objects, value_labels_of(rep))
+    if rep.labels:
+        ctx.know_labels(rep.labels)
     # every CPU thread of a report with CUDA runtime calls gets host states (kinds.hoststates)
     stated = rep.plan.threads_by_process if "runtime" in rep.kinds else {}
     for gpid, (host, pid, name, rank, _), task in zip(rep.plan.processes, objects, tasks,

@@ -176,7 +176,7 @@ def table_rows(table: str, labels: list[str], inverse: np.ndarray, duration: np.
                nbytes: np.ndarray | None = None) -> TableRows:
     """Aggregate rows whose name is ``labels[inverse[i]]`` (labels with no row are dropped)."""
     count, total, lo, hi, size = group_stats(inverse, duration, nbytes, len(labels))
-    used = np.flatnonzero(count)
+    used = count.nonzero()[0]
     return TableRows(table, [labels[i] for i in used.tolist()], count[used], total[used],
                      lo[used], hi[used], size[used])
 

@@ -145,7 +145,7 @@ def states(ctx: ReportContext, task: np.ndarray, thread: np.ndarray, start: np.n
     out = _Out(ctx)
     code = (task.astype(np.int64) << 32) | thread.astype(np.int64)
     order = np.lexsort((start, code))
-    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    cuts = np.diff(code[order]).nonzero()[0] + 1
     for idx in np.split(order, cuts):
         key = (int(task[idx[0]]), int(thread[idx[0]]))
         pending = ctx.host_pending.get(key, ctx.start_rel)

@@ -66,7 +66,7 @@ def state_starts(ctx: ReportContext, kind: str, task: np.ndarray, thread: np.nda
     code = (task.astype(np.int64) << 32) | thread.astype(np.int64)
     order = code.argsort(kind="stable")
     sorted_code = code[order]
-    cuts = np.flatnonzero(np.diff(sorted_code)) + 1
+    cuts = np.diff(sorted_code).nonzero()[0] + 1
     for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)], strict=True):
         if hi <= lo:
             continue

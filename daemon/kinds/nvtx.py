@@ -109,17 +109,17 @@ def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
     etype = np.where(etype_col == NVTX_MARK, pv.EV_NVTX_MARK, etype)
     # value restored at each range's end: the innermost enclosing push/pop range still open
     restore = np.zeros(len(chunk), dtype=np.int64)
-    pushpop = np.flatnonzero(etype_col == NVTX_PUSH_POP)
+    pushpop = (etype_col == NVTX_PUSH_POP).nonzero()[0]
     if len(pushpop):  # per thread and domain, each in start order (a stable sort)
         gt, dl = chunk["gtid"][pushpop], domains[pushpop]
         order = np.lexsort((dl, gt))
         gt, dl, rows = gt[order], dl[order], pushpop[order]
-        cuts = np.flatnonzero((gt[1:] != gt[:-1]) | (dl[1:] != dl[:-1])) + 1
+        cuts = ((gt[1:] != gt[:-1]) | (dl[1:] != dl[:-1])).nonzero()[0] + 1
         for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)], strict=True):
             r = rows[a:b]
             restore[r] = nesting.restore(ctx.nvtx_stack(int(gt[a]), int(dl[a])), start[r],
                                          end[r], value[r])
-    ranges = np.flatnonzero(etype_col != NVTX_MARK)
+    ranges = (etype_col != NVTX_MARK).nonzero()[0]
     seq = ctx.next_seq("nvtx", len(chunk))
     rank = RANK * 4 + LINE_EVENT
     begin = event_lines(task, thread, start, (etype, value))
@@ -146,8 +146,8 @@ def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.nd
     matching = [bool(pattern.search(lab)) for lab in labels]
     if not any(matching):
         return None
-    sel = np.flatnonzero(np.array(matching, dtype=bool)[inverse]
-                         & (chunk["event_type"] != NVTX_MARK))
+    sel = (np.array(matching, dtype=bool)[inverse]
+           & (chunk["event_type"] != NVTX_MARK)).nonzero()[0]
     if not len(sel):
         return None
     phases = np.empty(len(sel), dtype=PHASE_DTYPE)

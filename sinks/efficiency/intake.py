@@ -150,7 +150,7 @@ class ActivityIntake:
         kept_ends = np.array(kept[1:], np.int64)
         last_at = np.where(kept_ends > 0, last[np.maximum(kept_ends - 1, 0)] if len(last)
                            else _MIN, _MIN).tolist()
-        mine = np.flatnonzero(own)
+        mine = own.nonzero()[0]
         first = int(s[mine[0]]) if len(mine) else 0
         return s, e, rep.devices[device], cat, kept, frontier, last_at, first
 

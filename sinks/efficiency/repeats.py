@@ -113,8 +113,8 @@ def held_rows(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report, rows: Tab
     t = rows.start + np.int64(rep.origin)
     out: np.ndarray | None = None
     gpu = rows.device >= 0
-    for at, held in (*_gpu_held(devices, rep, rows, np.flatnonzero(gpu), t),
-                     *_nvtx_held(nvtx, rep, rows, np.flatnonzero(~gpu), t)):
+    for at, held in (*_gpu_held(devices, rep, rows, gpu.nonzero()[0], t),
+                     *_nvtx_held(nvtx, rep, rows, (~gpu).nonzero()[0], t)):
         out = np.zeros(len(t), bool) if out is None else out
         out[at[held]] = True
     return out

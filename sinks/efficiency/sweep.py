@@ -75,7 +75,7 @@ class DeviceSweep:
         else:
             order = gdev.argsort(kind="stable")
             gdev, s, e, cat = gdev[order], s[order], e[order], cat[order]
-            bounds = np.flatnonzero(np.diff(gdev)) + 1
+            bounds = np.diff(gdev).nonzero()[0] + 1
             groups = {int(gdev[a]): (a, b) for a, b in
                       zip([0, *bounds.tolist()], [*bounds.tolist(), len(gdev)], strict=True)
                       if b > a}
@@ -192,7 +192,7 @@ class DeviceSweep:
         """Close idle stretches that end inside these segments; carry the one still open."""
         idle = np.concatenate([[0], (~busy).astype(np.int8), [0]])
         d = np.diff(idle)
-        starts, stops = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+        starts, stops = (d == 1).nonzero()[0], (d == -1).nonzero()[0]
         g0, g1 = edges[starts], edges[np.minimum(stops, len(busy))]
         if sw.idle_since is not None:
             if busy[0]:  # the stretch open at the frontier ended right there

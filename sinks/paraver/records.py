@@ -78,13 +78,13 @@ def make_keys(time: np.ndarray, prio: np.ndarray | int, task: np.ndarray | int,
     n = len(time)
     compiled = KEYS.use(pure)
     if compiled is not None:
-        parts = [_key_part(v, n) for v in (time, prio, task, thread, seq)]
-        if isinstance(parts[0], np.ndarray) and isinstance(parts[4], np.ndarray) and all(
-                p is not None for p in parts):
-            keys = np.empty((n, 3), dtype=np.int64)
-            compiled(keys, parts[0], parts[1], parts[2], parts[3], int(rank), int(report),
-                     parts[4])
-            return keys
+        at, order = _key_part(time, n), _key_part(seq, n)
+        if isinstance(at, np.ndarray) and isinstance(order, np.ndarray):
+            p, ta, th = _key_part(prio, n), _key_part(task, n), _key_part(thread, n)
+            if p is not None and ta is not None and th is not None:
+                keys = np.empty((n, 3), dtype=np.int64)
+                compiled(keys, at, p, ta, th, int(rank), int(report), order)
+                return keys
     keys = np.empty((n, 3), dtype=np.int64)
     keys[:, KEY_TIME] = time
     keys[:, KEY_OBJECT] = ((np.asarray(prio, np.int64) << _PRIO_SHIFT)
@@ -131,20 +131,29 @@ class RecordBatch(msgspec.Struct):
 
     @staticmethod
     def concat(batches: Iterable[RecordBatch]) -> RecordBatch:
-        parts = [b for b in batches if len(b)]
+        parts: list[RecordBatch] = []
+        sizes: list[int] = []
+        for b in batches:
+            n = len(b.keys)
+            if n:
+                parts.append(b)
+                sizes.append(n)
         if not parts:
             return RecordBatch()
         if len(parts) == 1:
             return parts[0]
-        width = max(b.fields.shape[1] for b in parts)
-        fields = np.empty((sum(len(b) for b in parts), width), dtype=np.int64)
+        widths = [b.fields.shape[1] for b in parts]
+        width = max(widths)
+        fields = np.empty((sum(sizes), width), dtype=np.int64)
         row = 0
-        for b in parts:  # each part's fields, zeros beyond them (not the whole array twice)
-            w = b.fields.shape[1]
-            fields[row : row + len(b), :w] = b.fields
+        for b, n, w in zip(parts, sizes, widths, strict=True):  # each part's fields, zeros
+            end = row + n  # beyond them (not the whole array twice)
             if w < width:
-                fields[row : row + len(b), w:] = 0
-            row += len(b)
+                fields[row:end, :w] = b.fields
+                fields[row:end, w:] = 0
+            else:
+                fields[row:end] = b.fields
+            row = end
         return RecordBatch(
             np.concatenate([b.keys for b in parts]),
             fields,

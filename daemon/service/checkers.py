@@ -1,9 +1,12 @@
 """A fixed pool of readiness checkers fed from one deduplicated, time-ordered queue of compact
-entries: a flood of files costs a few numbers each, never a task or a coroutine each.
+entries: a flood of files costs a few numbers each, never a task or a coroutine each, and a job
+holds at most ``readiness_ahead`` files checked or ready at once; the rest wait as their path
+text.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -26,6 +29,11 @@ log = get_logger(__name__)
 
 #: seconds between ``readiness_backlog`` log events while files are waiting
 _REPORT_EVERY_S = 5.0
+#: files of one job checked or ready at once (in the queue, being looked at, or in the job's
+#: backlog, beside the group its writer is committing); a flood's other files wait as their
+#: path text only, taken in the order found as the writer takes reports from its backlog
+#: (``Settings.readiness_ahead``)
+CHECK_AHEAD = 1024
 
 
 def default_checkers(workers: int) -> int:
@@ -48,11 +56,24 @@ class Pending:
 
 class ReadinessPool:
     """``size`` checkers take the entry due first, look once, and put it back with its next
-    time or hand the verdict to its job; ``add`` is deduplicated by the job's ``waiting``."""
+    time or hand the verdict to its job; ``add`` is deduplicated by the job's ``waiting``.
 
-    def __init__(self, size: int, pace: Pace, changed: Callable[[], None]) -> None:
+    A job with ``ahead`` files checked or ready already (the group its writer is committing
+    aside, so the next group is checked meanwhile) keeps the next ones it is given as their
+    path text (``(path text, root, nsys_rep)`` for an ``.nsys-rep`` or another root) until
+    :meth:`refill` (called whenever a job's work changed) finds it room: a flood of files costs
+    its path text a file, not a ``Path``, a readiness state and a verdict each (issue 11:
+    memory flat in the reports).
+    """
+
+    def __init__(self, size: int, pace: Pace, changed: Callable[[], None], *,
+                 ahead: int = CHECK_AHEAD) -> None:
         self.size = size
         self.pace = pace
+        self.ahead = max(1, ahead)
+        #: the jobs holding files back (``Job.held``), by ``id``
+        self._holding: dict[int, Job] = {}
+        self._held_count = 0
         self._changed = changed
         self._heap: list[tuple[float, int, Pending]] = []
         self._seq = itertools.count()
@@ -68,14 +89,46 @@ class ReadinessPool:
 
     def __len__(self) -> int:
         """Files waiting or being looked at."""
-        return len(self._heap) + self.busy
+        return len(self._heap) + self.busy + self._held_count
 
     def add(self, job: Job, path: Path, root: Path, *, nsys_rep: bool) -> None:
-        if path in job.waiting:
+        key = str(path)
+        if key in job.waiting:
             return
-        job.waiting.add(path)
-        self._push(time.monotonic(), Pending(job, path, root, nsys_rep))
+        job.waiting.add(key)
+        if job.held is None and _busy(job) < self.ahead:
+            self._admit(job, path, root, nsys_rep)
+        else:
+            if job.held is None:
+                job.held = collections.deque()
+                self._holding[id(job)] = job
+            # the usual file (an export under the job's own root) as its text alone
+            job.held.append(key if root == job.root and not nsys_rep else (key, root, nsys_rep))
+            self._held_count += 1
         self.peak_pending = max(self.peak_pending, len(self))
+
+    def refill(self) -> None:
+        """Take the files held back of each job that has room for them now (its checks
+        reached verdicts, its writer took reports from its backlog)."""
+        for job in list(self._holding.values()):
+            held = job.held
+            assert held is not None
+            room = self.ahead - _busy(job)
+            while room > 0 and held:
+                item = held.popleft()
+                self._held_count -= 1
+                room -= 1
+                if isinstance(item, str):
+                    self._admit(job, Path(item), job.root, False)
+                else:
+                    self._admit(job, Path(item[0]), item[1], item[2])
+            if not held:  # a drained flood's deque goes with it
+                job.held = None
+                del self._holding[id(job)]
+
+    def _admit(self, job: Job, path: Path, root: Path, nsys_rep: bool) -> None:
+        job.checking += 1
+        self._push(time.monotonic(), Pending(job, path, root, nsys_rep))
 
     def _push(self, due: float, entry: Pending) -> None:
         heapq.heappush(self._heap, (due, next(self._seq), entry))
@@ -100,7 +153,7 @@ class ReadinessPool:
                     await self._look(entry)
                 finally:
                     self.busy -= 1
-                if not self._heap and not self.busy:
+                if not self._heap and not self.busy and not self._held_count:
                     self._drained()
                 continue
             if self._wake.is_set():
@@ -156,8 +209,17 @@ class ReadinessPool:
         return self._done(entry)
 
     def _done(self, entry: Pending) -> None:
-        entry.job.waiting.discard(entry.key)
-        if not entry.job.waiting:  # a drained flood's table goes with it (a set never shrinks)
-            entry.job.waiting = set()
-        entry.job.last_change = time.monotonic()
+        job = entry.job
+        job.checking -= 1
+        job.waiting.discard(str(entry.key))
+        if not job.waiting:  # a drained flood's table goes with it (a set never shrinks)
+            job.waiting = set()
+        job.last_change = time.monotonic()
+        if job.held is not None:
+            self.refill()
         self._changed()
+
+
+def _busy(job: Job) -> int:
+    """``job``'s files checked now or ready for its trace, the group being committed aside."""
+    return job.checking + len(job.backlog) - job.committing

@@ -103,7 +103,15 @@ class Job:
     trace: LiveTrace | None = None
     health: Health = field(default_factory=Health)
     backlog: collections.deque[Item] = field(default_factory=collections.deque)
-    waiting: set[Path] = field(default_factory=set)
+    #: the path text of every file found and not yet handed to the backlog (readiness)
+    waiting: set[str] = field(default_factory=set)
+    #: of them, the files being checked now (in the readiness queue or looked at)
+    checking: int = 0
+    #: of them, the files the readiness pool holds back, not looked at yet (a flood beyond
+    #: ``readiness_ahead``): path text, or (path text, root, whether it is an ``.nsys-rep``)
+    held: collections.deque[str | tuple[str, Path, bool]] | None = None
+    #: backlog items of the group commit in progress (0 between commits)
+    committing: int = 0
     last_change: float = field(default_factory=time.monotonic)
     done_marker: bool = False
     #: a finalize is queued; the reason it was asked for
@@ -396,6 +404,8 @@ class Job:
                 log.info("job_flow", job=str(self.job_dir), **self.flow.snapshot())
             return results
 
+        self.committing = len(items)
+        self.shared.changed()  # readiness may check the next group's files meanwhile
         try:
             async with self.shared.limiter:
                 results = await anyio.to_thread.run_sync(work)
@@ -407,6 +417,8 @@ class Job:
                      reports=len(fresh), error=str(exc), kind=type(exc).__name__)
             self._alone = len(items)
             return 0
+        finally:  # the caller takes the landed ones from the backlog before anything awaits
+            self.committing = 0
         if self.health.state != "ok":
             self._healthy()
         landed = {id(item) for item in fresh[:len(results)]}

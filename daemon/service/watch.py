@@ -74,7 +74,8 @@ class Service:
                               vanished=self._on_vanished)
         #: every candidate file waits here, checked by a fixed number of checkers
         self.pool = ReadinessPool(settings.readiness_checkers or default_checkers(
-            settings.workers), Pace(settings.settle), self._set_changed)
+            settings.workers), Pace(settings.settle), self._set_changed,
+            ahead=settings.readiness_ahead)
 
     # -- jobs ------------------------------------------------------------------------------
     def _job(self, cand: Candidate) -> Job:
@@ -88,6 +89,7 @@ class Service:
         return job
 
     def _set_changed(self) -> None:
+        self.pool.refill()  # a job's writer took reports: files held back may be checked now
         self._changed.set()
 
     def _on_appended(self, job: Job, path: Path) -> None:

@@ -1,6 +1,8 @@
 """A flood of files dropped at once into a watched job (a real daemon process): every report
 is committed once, a broken file is set aside once, one removed while waiting is dropped
-quietly, and no more readiness checkers or tasks run than the bound however many files wait.
+quietly, and no more readiness checkers or tasks run than the bound however many files wait
+(and no more files are checked or ready at once than ``readiness_ahead``, beside a group
+being committed).
 A file that fails only when appended (SQLite, but no export) costs the reports around it
 their group commit no more than once: they are not all appended one by one.
 """
@@ -17,6 +19,8 @@ from prvstream.daemon.synthetic.synth import SynthSpec, export_name, write_expor
 from tests.daemon.daemon_proc import DaemonProcess, job_status, load_journal, wait_for
 
 CHECKERS = 3
+#: files of the job checked or ready at once: the rest of the flood is held back as path text
+AHEAD = 100
 #: tasks besides the checkers: signals, watchdog, finalizer, the pool, discovery, the writer
 OTHER_TASKS = 16
 
@@ -44,7 +48,7 @@ def test_flood_is_bounded_and_exactly_once(tmp_path: Path, n: int) -> None:
     job = tmp_path / "root" / "job"
     job.mkdir(parents=True)
     config = tmp_path / "prvstream.toml"
-    config.write_text(f"readiness_checkers = {CHECKERS}\n")
+    config.write_text(f"readiness_checkers = {CHECKERS}\nreadiness_ahead = {AHEAD}\n")
     with DaemonProcess([job.parent], tmp_path / "state", tmp_path / "logs", settle=0.5,
                        extra=["--config", str(config)]) as daemon:
         daemon.start()

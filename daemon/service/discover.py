@@ -34,6 +34,8 @@ log = get_logger(__name__)
 _STOP_LIMIT = 3.0
 #: seconds between checks that each watched root is still the directory being watched
 ROOT_CHECK = 2.0
+#: paths classified (made candidates) at once when a burst is due
+_CLASSIFY_AT_ONCE = 256
 
 
 # ---------------------------------------------------------------------------------- watching
@@ -73,12 +75,18 @@ async def _coalesce(raw: MemoryObjectReceiveStream[_RawEvent],
             del pending[p]
         if not due:
             continue
-        found = await anyio.to_thread.run_sync(scope.classify_many, due)
-        # two names of one file (a symlink inside the root) are one unit of work
-        unique = {c.path: c for c in found if c is not None}
-        for cand in unique.values():
-            log.debug("export_discovered", path=str(cand.path), job=cand.job_id)
-            await out.send(cand)
+        # a slice at a time: a flood's candidates (a Path each) are never all made at once
+        sent: set[str] = set()
+        for start in range(0, len(due), _CLASSIFY_AT_ONCE):
+            found = await anyio.to_thread.run_sync(
+                scope.classify_many, due[start:start + _CLASSIFY_AT_ONCE])
+            for cand in found:
+                # two names of one file (a symlink inside the root) are one unit of work
+                if cand is None or (key := str(cand.path)) in sent:
+                    continue
+                sent.add(key)
+                log.debug("export_discovered", path=key, job=cand.job_id)
+                await out.send(cand)
 
 
 async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,

@@ -132,15 +132,21 @@ class Export(ExportClock):
         row = self._con.execute(f"SELECT 1 FROM {_q(src.table)}{where} LIMIT 1").fetchone()
         return row is not None
 
-    def nonempty_kinds(self) -> list[str]:
+    def nonempty_kinds(self, *, scan: bool = True) -> list[str]:
         """Table kinds with at least one row, in registry order (from the one scan per table
         that also finds its time range: planning needs both; while ``scan_facts_behind``'s
-        scan runs, from one row looked up per table)."""
-        if self._facts_job is not None:
+        scan runs, or with ``scan`` False, from one row looked up per table: the scan is then
+        the caller's to start, ``scan_facts``)."""
+        if self._facts_job is not None or not scan:
             return [k for k in TABLE_KINDS if any(self._nonempty(s) for s in self.sources(k))]
         self._all_plain_facts()
         return [k for k in TABLE_KINDS if any(self._source_facts(s)[0] > 0
                                                for s in self.sources(k))]
+
+    def scan_facts(self) -> None:
+        """Every source table's rows and time range, scanned now in one statement where not
+        known yet (``nonempty_kinds`` scans them unless told not to)."""
+        self._all_plain_facts()
 
     def scan_facts_behind(self) -> None:
         """Start ``_all_plain_facts``'s statement in a thread, on a connection of its own

@@ -149,20 +149,22 @@ def _lease(export: Export) -> ReaderLease | None:
 _PRESTART_BYTES = 4 << 20
 
 
-def prestart_reader(path: Path, use_reader: bool = True) -> None:
+def prestart_reader(path: Path, use_reader: bool = True) -> bool:
     """``reader.prestart`` for an export about to be planned and streamed alone, when its file
     is ``_PRESTART_BYTES`` or more (``open_source`` then leases the reader started): the
-    child's interpreter starts while this process opens and plans the export."""
+    child's interpreter starts while this process opens and plans the export. True when the
+    file is that large (the reader is then likely to read it)."""
     if not use_reader:
-        return
+        return False
     try:
         if path.stat().st_size < _PRESTART_BYTES:
-            return
+            return False
     except OSError:
-        return
+        return False
     from prvstream.daemon.nsys import reader
 
     reader.prestart()
+    return True
 
 
 def retire_reader() -> None:

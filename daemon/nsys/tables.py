@@ -108,9 +108,10 @@ def select_sql(export: Export, kind: str) -> str | None:
     return _statements(export, kind)[0]
 
 
-def available_kinds(export: Export) -> list[str]:
-    """Table kinds whose tables exist and hold at least one row, in registry order."""
-    present = set(export.nonempty_kinds())
+def available_kinds(export: Export, *, scan: bool = True) -> list[str]:
+    """Table kinds whose tables exist and hold at least one row, in registry order (``scan``:
+    ``Export.nonempty_kinds``'s)."""
+    present = set(export.nonempty_kinds(scan=scan))
     return [k for k in KINDS if k in present]
 
 

@@ -165,15 +165,17 @@ def prepare(path: Path, wanted: list[str] | None = None,
     distinct values come from them where they can (``plan_export``), so the export takes one
     connection and no planning scan of the tables read.
     """
-    if prefetch_rows is not None:
-        prestart_reader(path, use_reader)  # its start overlaps the planning below
-    export = open_export(path)
+    reading = prefetch_rows is not None and prestart_reader(path, use_reader)
+    export = open_export(path)  # the reader's start overlaps the opening and planning
     source: ChunkSource | None = None
     held: HeldRows | None = None
     try:
-        if prefetch_rows is not None and use_reader and _big(path):
+        behind = reading and _big(path)
+        if behind:
             export.scan_facts_behind()  # the tables' time ranges scanned while planning
-        present = tables.available_kinds(export)
+        # a report the reader is to read sends its queries before the tables' time ranges
+        # are scanned here (the reader works meanwhile): kinds from a row looked up per table
+        present = tables.available_kinds(export, scan=not reading)
         kinds = registry.to_convert(present, wanted)
         if not registry.has_cuda(present):
             raise UnsupportedSchema(
@@ -183,6 +185,8 @@ def prepare(path: Path, wanted: list[str] | None = None,
         if prefetch_rows is not None:
             source = open_source(export, kinds, prefetch_rows, use_reader=use_reader,
                                  presort=presort)
+        if reading and not behind:
+            export.scan_facts()
         early = None if hold is None or source is not None else heldrows.read_early(
             export, kinds, hold_rows, chunk_rows, presort=presort)
         plan = export.plan(early, kinds)

@@ -57,11 +57,11 @@ def test_real_kernel_fields_match_sql(path: Path) -> None:
         rows = _read(export, "kernel", 4096)
         con = export.connection
         want = con.execute(
-            "SELECT start, end, globalPid, deviceId, correlationId, shortName, demangledName, "
+            "SELECT start, end, globalPid, deviceId, correlationId, shortName, "
             "gridX, blockX, registersPerThread, staticSharedMemory, dynamicSharedMemory "
             "FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
         got = sorted(zip(*(rows[f].tolist() for f in (
-            "start", "end", "gpid", "device", "corr", "name", "dname", "grid_x", "block_x",
+            "start", "end", "gpid", "device", "corr", "name", "grid_x", "block_x",
             "registers", "smem_static", "smem_dynamic")), strict=True))
         assert got == sorted(want)
         assert set(rows["stream"].tolist()) <= {s for _, _, s in export.plan().streams}
@@ -151,7 +151,6 @@ def test_synthetic_every_kind(tmp_path: Path) -> None:
         assert k["start"].tolist() == [10, 30]
         assert k["stream"].tolist() == [-1, 7]
         assert k["corr"].tolist() == [-1, 1]
-        assert k["dname"].tolist() == [-1, -1]
         assert k["grid_x"].tolist() == [-1, -1]
         m = _read(export, "memset", 4)
         assert (int(m["bytes"][0]), int(m["value"][0])) == (1024, 255)

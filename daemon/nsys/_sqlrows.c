@@ -192,7 +192,9 @@ static int fill_loop(sqlite3_stmt *st, char *out, Py_ssize_t rows, Py_ssize_t it
         }
         char *item = out + n * itemsize;
         for (Py_ssize_t j = 0; j < ncols; j++) {
-            int type = sqlite3_column_type(st, (int)j);
+            /* one column lookup a value (its type and integer read from it), not two */
+            sqlite3_value *v = sqlite3_column_value(st, (int)j);
+            int type = sqlite3_value_type(v);
             if (type != SQLITE_INTEGER) {
                 snprintf(msg, msglen, "row %zd column %zd holds a %s, not an int", n, j,
                          type_name(type));
@@ -200,7 +202,7 @@ static int fill_loop(sqlite3_stmt *st, char *out, Py_ssize_t rows, Py_ssize_t it
                 *got = n;
                 return 2;
             }
-            int64_t x = sqlite3_column_int64(st, (int)j);
+            int64_t x = sqlite3_value_int64(v);
             if (wide[j]) {
                 memcpy(item + off[j], &x, 8);
             } else if (x < INT32_MIN || x > INT32_MAX) {

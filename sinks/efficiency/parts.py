@@ -70,12 +70,14 @@ def note_lines(notes: dict[str, tuple[int, list[str]]]) -> list[str]:
 
 
 def grow(arr: np.ndarray, need: int, fill: int = 0, first: int = FIRST_ROWS) -> np.ndarray:
-    """``arr`` with at least ``need`` rows, doubling its capacity (new rows hold ``fill``);
-    at least ``first`` rows (per-device tables start at what they need: a job holds a table
-    per device, and most stay small)."""
+    """``arr`` with at least ``need`` rows, its capacity grown by a quarter (new rows hold
+    ``fill``); at least ``first`` rows (per-device tables start at what they need: a job holds
+    a table per device, and most stay small). A quarter, not double: the model's tables by
+    device grow with a watched job's every report, and their spare room stays resident (np.full
+    writes it); still amortized O(1) a row."""
     if len(arr) >= need:
         return arr
-    new = np.full((max(need, 2 * len(arr), first), *arr.shape[1:]), fill, arr.dtype)
+    new = np.full((max(need, len(arr) + (len(arr) >> 2), first), *arr.shape[1:]), fill, arr.dtype)
     new[:len(arr)] = arr
     return new
 

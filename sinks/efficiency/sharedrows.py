@@ -18,7 +18,7 @@ log = get_logger(__name__)
 
 #: a key's bits in a composite (owner id << _KEY_BITS | key) key
 _KEY_BITS = 32
-#: rows a chunk of the table holds (the last one grows to it by doubling): the table grows
+#: rows a chunk of the table holds (the last one grows to it by ``grow``): the table grows
 #: without copying what it holds, so its peak is not twice its size
 CHUNK = 1024
 

@@ -39,12 +39,39 @@ def _blob(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _extended(col: array[int], values: Sequence[int]) -> array[int]:
+    """``col`` with ``values`` appended; a narrow column that one of them does not fit is
+    widened to int64 first (what an int64 does not hold fails as it did before)."""
+    n = len(col)
+    try:
+        col.extend(values)
+    except OverflowError:
+        del col[n:]
+        col = array("q", col)
+        col.extend(values)
+    return col
+
+
+def _set(col: array[int], i: int, value: int) -> array[int]:
+    """``col`` with item ``i`` set to ``value`` (widened as ``_extended``)."""
+    try:
+        col[i] = value
+    except OverflowError:
+        col = array("q", col)
+        col[i] = value
+    return col
+
+
 class TaskTable(MadeSequence["TaskEntry"]):
     """The tasks of a numbering in id order (id = position + 1), as columns.
 
     A task's threads are one run of the thread columns; a thread added to a task whose run is
     not the last is appended after moving its run to the end (the old run is left unused: in a
     live trace threads come with their task's first report, in a canonical one in order).
+
+    The thread columns and the runs are as narrow as what they hold (a key's kind a byte, its
+    two ids, the runs and where names end 32 bits), widened to int64 when a value needs it: a
+    watched job adds a task and a few threads with every report (issue 11).
     """
 
     __slots__ = ("_a", "_b", "_host", "_host_ids", "_hosts", "_kind", "_label_of", "_labels",
@@ -59,13 +86,13 @@ class TaskTable(MadeSequence["TaskEntry"]):
         #: index into ``_labels`` or ``_DERIVED``
         self._labels: list[str] = []
         self._label_of = array("i")
-        self._tstart = array("q")
-        self._tcount = array("q")
+        self._tstart = array("i")
+        self._tcount = array("i")
         #: thread columns: the key's three ints, where its name ends in ``_names``
-        self._kind = array("q")
-        self._a = array("q")
-        self._b = array("q")
-        self._name_end = array("q")
+        self._kind = array("b")
+        self._a = array("i")
+        self._b = array("i")
+        self._name_end = array("i")
         self._names = bytearray()
         for entry in entries:
             self.append(entry)
@@ -140,7 +167,7 @@ class TaskTable(MadeSequence["TaskEntry"]):
         else:
             self._label_of.append(len(self._labels))
             self._labels.append(entry.name)
-        self._tstart.append(len(self._kind))
+        self._tstart = _extended(self._tstart, (len(self._kind),))
         self._tcount.append(0)
         self.add_threads(len(self) - 1, entry.thread_keys, entry.thread_names)
 
@@ -157,18 +184,20 @@ class TaskTable(MadeSequence["TaskEntry"]):
         lo, n = self._tstart[i], self._tcount[i]
         if lo + n != len(self._kind):  # its run is not the last: moved to the end
             moved_keys, moved_names = self.keys(i), self.names(i)
-            self._tstart[i] = len(self._kind)
+            self._tstart = _set(self._tstart, i, len(self._kind))
             self._push(moved_keys, moved_names)
         self._push(keys, names)
-        self._tcount[i] += len(keys)
+        self._tcount = _set(self._tcount, i, n + len(keys))
 
     def _push(self, keys: Sequence[ThreadKey], names: Sequence[str]) -> None:
-        for key, name in zip(keys, names, strict=True):
-            self._kind.append(key[0])
-            self._a.append(key[1])
-            self._b.append(key[2])
+        self._kind = _extended(self._kind, [key[0] for key in keys])
+        self._a = _extended(self._a, [key[1] for key in keys])
+        self._b = _extended(self._b, [key[2] for key in keys])
+        ends = []
+        for name in names:
             self._names += _blob(name)
-            self._name_end.append(len(self._names))
+            ends.append(len(self._names))
+        self._name_end = _extended(self._name_end, ends)
 
     def keep_threads(self, i: int, count: int) -> None:
         """Task ``i``'s first ``count`` threads only."""

@@ -86,9 +86,11 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._device_ids: dict[tuple[str, int], int] = {}
         #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
         #: in before others (stale), so registering is never a pass over every device
-        self._device_rank: list[int] = []
+        self._device_rank = array("q")
         self._device_rank_stale = False
-        self._device_order: list[tuple[str, int]] = []  # the (host, device) keys, sorted
+        #: the device ids in (host, device) order (ids, not key tuples: no dict of every
+        #: device's position is made to rebuild the ranks)
+        self._device_order: list[int] = []
         #: (host, pid) -> its device id, or a list of them when it has more than one
         self._process_devices: dict[tuple[str, int], int | list[int]] = {}
         self._window_slots: dict[int, int] = {}
@@ -194,18 +196,24 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         # its place among the keys so far; when devices after it must move one down (reports
         # out of key order), the ranks are rebuilt once at the next record instead: moving
         # them at each new device (or sorting all again) is quadratic in a job's reports
-        pos = bisect.bisect_left(self._device_order, key)
-        self._device_order.insert(pos, key)
+        pos = bisect.bisect_left(self._device_order, key, key=self._order_key)
+        self._device_order.insert(pos, gid)
         if pos < len(self._device_rank):
             self._device_rank_stale = True
         self._device_rank.append(pos)
         return gid
 
-    def _ranked(self) -> list[int]:
+    def _order_key(self, gid: int) -> tuple[str, int]:
+        dev = self._devices[gid]
+        return dev.host, dev.device
+
+    def _ranked(self) -> array[int]:
         """gid -> position of the device in (host, device) order."""
         if self._device_rank_stale:
-            position = {key: i for i, key in enumerate(self._device_order)}
-            self._device_rank = [position[(d.host, d.device)] for d in self._devices]
+            rank = array("q", bytes(8 * len(self._devices)))
+            for pos, gid in enumerate(self._device_order):
+                rank[gid] = pos
+            self._device_rank = rank
             self._device_rank_stale = False
         return self._device_rank
 

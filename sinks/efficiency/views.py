@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -54,7 +55,7 @@ class RecordViews:
     _dev_instances: SharedRows
     _dev_totals: np.ndarray
     _dev_names: SharedRows
-    _ranked: Callable[[], list[int]]
+    _ranked: Callable[[], array[int]]
     _process_devices: dict[tuple[str, int], int | list[int]]
     _window_slots: dict[int, int]
     _names: list[Name]

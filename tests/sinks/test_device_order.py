@@ -41,4 +41,4 @@ def test_devices_are_listed_in_key_order(keys: list[tuple[str, int]], groups: in
         assert len(cumulative) == 1
         shown = [(d.host, d.device) for d in cumulative[0].devices]
         assert shown == sorted(keys[:min(lo + size, len(keys))])
-    assert model._ranked() == [sorted(keys).index(k) for k in keys]
+    assert list(model._ranked()) == [sorted(keys).index(k) for k in keys]

@@ -16,19 +16,30 @@ log = get_logger(__name__)
 COMPACT_AT = 1024
 
 
+def _set(col: array[int], i: int, value: int) -> array[int]:
+    """``col`` with item ``i`` set to ``value``, widened to int64 when it does not fit."""
+    try:
+        col[i] = value
+    except OverflowError:
+        col = array("q", col)
+        col[i] = value
+    return col
+
+
 class Ragged:
     """Owner id -> a list of int64, all in one ``array('q')``: each owner's values are one
     segment of it (start, length, capacity by owner id). An owner that grows at the end of
     the array grows in place (no spare room: a job's many small owners take exactly their
     values); one that grows elsewhere moves to the end with doubled capacity (amortized O(1) a
     value, as ``array`` itself); the segments left behind are compacted away once they are
-    half the array."""
+    half the array. An owner's length and capacity are 32 bits until one needs more (a
+    watched job adds a few owners with every report: issue 11)."""
 
     def __init__(self) -> None:
         self._data = array("q")
         self._start = array("q")
-        self._size = array("q")
-        self._cap = array("q")
+        self._size = array("i")
+        self._cap = array("i")
         #: values of the array no segment holds any more (moved owners' old places)
         self._holes = 0
 
@@ -77,7 +88,7 @@ class Ragged:
         elif s + c == len(data):  # the last segment: grow in place, no spare room
             del data[s + z:]
             data.extend(values)
-            self._cap[owner] = z + n
+            self._cap = _set(self._cap, owner, z + n)
         else:  # move to the end with room to grow: amortized as array's own doubling
             cap = max(z + n, 2 * z)
             old = data[s:s + z]
@@ -86,8 +97,8 @@ class Ragged:
             data.extend(old)
             data.extend(values)
             data.extend(array("q", bytes(8 * (cap - z - n))))
-            self._cap[owner] = cap
-        self._size[owner] = z + n
+            self._cap = _set(self._cap, owner, cap)
+        self._size = _set(self._size, owner, z + n)
         if self._holes > len(self._data) // 2 and self._holes >= COMPACT_AT:
             self._compact()
 

@@ -33,6 +33,7 @@ __all__ = [
     "PcfBlocks",
     "PlanScan",
     "Schema",
+    "UnwrappedSelect",
     "ValueGroup",
     "string_label",
 ]
@@ -40,6 +41,29 @@ __all__ = [
 log = get_logger(__name__)
 
 I8, I4 = "<i8", "<i4"
+
+
+class UnwrappedSelect(NamedTuple):
+    """A kind's SELECT for the compiled row reader (``KindSpec.select_source_unwrapped``):
+    one column a field, in ``fields`` order; ``wraps``: 1 where the reader wraps the value
+    into int32 as ``wrap_i4`` would; ``names``: the column of ``select_source`` each value
+    is part of (what its messages call it)."""
+
+    sql: str
+    fields: tuple[str, ...]
+    wraps: tuple[int, ...]
+    names: tuple[int, ...]
+
+
+def _int32_literal(dtype: np.dtype, fld: str, expr: str) -> bool:
+    """Whether a packed field is int32 and its expression an int32 integer literal."""
+    if dtype[fld] != np.dtype(I4):
+        return False
+    try:
+        value = int(expr)
+    except ValueError:
+        return False
+    return -(2**31) <= value < 2**31
 
 
 class KindSource(NamedTuple):
@@ -265,9 +289,38 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
         where = f" WHERE {src.where}" if src.where else ""
         return f"SELECT {', '.join(exprs)} FROM {quote_identifier(src.table)}{where}"
 
-    def field_sql(self, schema: Schema, src: KindSource) -> dict[str, str]:
+    def select_source_unwrapped(self, schema: Schema, src: KindSource) -> UnwrappedSelect | None:
+        """``select_source`` for the compiled row reader, which wraps int32 values itself
+        (``_sqlrows`` fill's ``wraps``): one column a field, each int32 field's expression
+        without ``wrap_i4``; None where that reader could not give the same values (extra
+        columns, a packed field that is not int32 or whose default is not an int32 literal)."""
+        if self.extra_select is not None:
+            return None
+        bare: dict[str, str] = {}
+        wrapped = self.field_sql(schema, src, bare)
+        exprs: list[str] = []
+        fields: list[str] = []
+        wraps: list[int] = []
+        names: list[int] = []
+        for j, group in enumerate(self.groups):
+            for fld in group:
+                wrap = fld in bare
+                if len(group) == 2 and not wrap and not _int32_literal(self.dtype, fld,
+                                                                       wrapped[fld]):
+                    return None
+                exprs.append(f"{bare[fld] if wrap else wrapped[fld]} AS {fld}")
+                fields.append(fld)
+                wraps.append(int(wrap or len(group) == 2))
+                names.append(j)
+        where = f" WHERE {src.where}" if src.where else ""
+        sql = f"SELECT {', '.join(exprs)} FROM {quote_identifier(src.table)}{where}"
+        return UnwrappedSelect(sql, tuple(fields), tuple(wraps), tuple(names))
+
+    def field_sql(self, schema: Schema, src: KindSource,
+                  unwrapped: dict[str, str] | None = None) -> dict[str, str]:
         """Each dtype field's SQL expression in ``select_source`` (before adjacent int32
-        fields are packed): a field holds exactly what its expression gives."""
+        fields are packed): a field holds exactly what its expression gives. ``unwrapped``
+        gets each field that ``wrap_i4`` wraps, with its expression before the wrapping."""
         t = src.table
         by_field: dict[str, str] = {}
         for col, fld in self.columns:
@@ -281,6 +334,8 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
                 expr = (f"COALESCE({quote_identifier(col)}, {default})" if schema.has(t, col)
                         else default)
             if self.dtype[fld] == np.dtype(I4) and expr != default:
+                if unwrapped is not None:
+                    unwrapped[fld] = expr
                 expr = wrap_i4(expr)
             by_field[fld] = expr
         return by_field

@@ -19,6 +19,10 @@ Requests arrive on stdin, one JSON object per line:
   ``"window": W`` in ``presort`` is the table's window, read by the parent, not read again;
   ``"inline": true`` (NVTX): each row's last value is an inline text or NULL, which the
   parent numbers (its canonical ids); every chunk is then answered with status 4;
+  ``"unwrapped": {"sql", "scan", "offsets", "sizes", "wraps", "names"}`` (``tables.
+  UnwrappedStatements``): the same statements without their int32 wrapping, which the
+  compiled row reader then does (``_sqlrows`` fill's ``wraps``), read instead when it is
+  loaded;
 - ``{"op": "next", "id": N, "rows": R}`` asks for the next chunk of at most R rows;
 - ``{"op": "close", "id": N}`` drops a stream; ``{"op": "quit"}`` ends the process.
 
@@ -76,6 +80,8 @@ class _Stream:
         self.itemsize = int(request["itemsize"])
         self.offsets = tuple(int(x) for x in request["offsets"])
         self.sizes = tuple(int(x) for x in request["sizes"])
+        #: ``fill``'s arguments after the rows and itemsize (``unwrapped``: its wraps too)
+        self.layout: tuple[tuple[int, ...], ...] = (self.offsets, self.sizes)
         self.inline = bool(request.get("inline"))
         self.error = error
 
@@ -106,11 +112,18 @@ def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
 def _open(con: sqlite3.Connection, request: dict[str, Any], window: int,
           db: Any = None) -> _Stream:
     if db is not None and not request.get("inline"):
+        unwrapped = request.get("unwrapped")
+        sql, scan = ((unwrapped["sql"], unwrapped["scan"]) if unwrapped is not None else
+                     (request["sql"], request.get("presort", {}).get("scan")))
         try:
-            query = db.query(request["presort"]["scan"] if window else request["sql"])
+            query = db.query(scan if window else sql)
         except RuntimeError as exc:
             return _Stream(None, request, (STATUS_SQLITE, str(exc).encode()))
-        return _Stream(None, request, None, query)
+        stream = _Stream(None, request, None, query)
+        if unwrapped is not None:
+            stream.layout = tuple(tuple(int(x) for x in unwrapped[k])
+                                  for k in ("offsets", "sizes", "wraps", "names"))
+        return stream
     cursor = con.cursor()
     try:
         cursor.execute(request["presort"]["scan"] if window else request["sql"])
@@ -163,8 +176,7 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | list[bytearra
     if stream.error is not None:
         return stream.error
     if stream.query is not None:
-        status, got = stream.query.fill(rows_wanted, stream.itemsize, stream.offsets,
-                                        stream.sizes)
+        status, got = stream.query.fill(rows_wanted, stream.itemsize, *stream.layout)
         if status != STATUS_OK:
             stream.error = (status, got.encode())
             return stream.error

@@ -5,11 +5,15 @@
  * open(uri, pragmas) -> Db                  a read-only connection (a URI), pragmas run
  * Db.query(sql) -> Query                    the statement prepared; its first step runs at
  *                                           the first fill (so SQLite sorts then)
- * Query.fill(rows, itemsize, offsets, sizes) -> (status, bytearray or message)
+ * Query.fill(rows, itemsize, offsets, sizes[, wraps, names]) -> (status, bytearray or message)
  *   up to rows rows, each value i of a row into offsets[i] (sizes[i]: 4 or 8 bytes, little
  *   endian); status 0 with the rows (empty at the end), 1 with SQLite's message, or 2 with the
  *   message of a value that is not an integer or out of its column's range: the statuses and
  *   messages of the reader's Python fetch and fill_rows (_rowfill.c).
+ *   wraps[i] 1: value i (4 bytes) is first wrapped into int32 as kinds.sql.wrap_i4's SQL
+ *   wraps it (an integer here; any other value, or one whose sum would leave int64, by SQLite
+ *   running that very expression on it), so a query need not compute it per row; names[i]:
+ *   the column a message calls value i (the column of the query that wraps in SQL).
  * Errors opening or preparing raise RuntimeError with SQLite's message.
  *
  * borrow(connection, module_path) -> Db     the open connection of a sqlite3.Connection
@@ -41,8 +45,12 @@ typedef struct {
     PyObject_HEAD
     PyObject *owner; /* the Db, kept open while the statement lives */
     sqlite3_stmt *st;
+    sqlite3_stmt *wrap; /* wrap_i4's SQL on one bound value, prepared at its first use */
     int done;        /* stepped to its end, or failed */
 } query_t;
+
+/* wrap_i4's SQL (kinds.sql) on one value: SQLite's own arithmetic for the values it converts */
+static const char WRAP_SQL[] = "SELECT (((?1) + 2147483648) & 4294967295) - 2147483648";
 
 static PyTypeObject DbType, QueryType;
 
@@ -137,6 +145,7 @@ static PyObject *db_query(db_t *d, PyObject *args) {
     query_t *q = PyObject_New(query_t, &QueryType);
     if (!q) return NULL;
     q->st = NULL;
+    q->wrap = NULL;
     q->done = 0;
     q->owner = Py_NewRef((PyObject *)d);
     int rc;
@@ -154,6 +163,7 @@ static PyObject *db_query(db_t *d, PyObject *args) {
 
 static void query_dealloc(query_t *q) {
     if (q->st) sqlite3_finalize(q->st);
+    if (q->wrap) sqlite3_finalize(q->wrap);
     Py_XDECREF(q->owner);
     PyObject_Free(q);
 }
@@ -171,6 +181,7 @@ static const char *type_name(int type) {
 /* the rows, or an error: 0 (ok), 1 (SQLite: msg from db), 2 (a value: msg set) */
 static int fill_loop(sqlite3_stmt *st, char *out, Py_ssize_t rows, Py_ssize_t itemsize,
                      Py_ssize_t ncols, const Py_ssize_t *off, const int *wide,
+                     const int *wrap, const Py_ssize_t *name, sqlite3_stmt **wst,
                      Py_ssize_t *got, int *done, char *msg, size_t msglen) {
     Py_ssize_t n = 0;
     while (n < rows) {
@@ -195,18 +206,45 @@ static int fill_loop(sqlite3_stmt *st, char *out, Py_ssize_t rows, Py_ssize_t it
             /* one column lookup a value (its type and integer read from it), not two */
             sqlite3_value *v = sqlite3_column_value(st, (int)j);
             int type = sqlite3_value_type(v);
+            int64_t x = type == SQLITE_INTEGER ? sqlite3_value_int64(v) : 0;
+            int slow = 0;
+            if (wrap[j]) {
+                if (type == SQLITE_INTEGER && x <= INT64_MAX - 2147483648LL) {
+                    /* ((x + 2^31) & (2^32 - 1)) - 2^31: x's low 32 bits, signed */
+                    x = (int32_t)(uint32_t)(uint64_t)x;
+                } else {
+                    /* SQLite's conversions of text, reals and NULL, and its sum past int64 */
+                    sqlite3 *db = sqlite3_db_handle(st);
+                    if (!*wst && sqlite3_prepare_v2(db, WRAP_SQL, -1, wst, NULL) != SQLITE_OK) {
+                        *done = 1;
+                        *got = n;
+                        return 1;
+                    }
+                    if (sqlite3_bind_value(*wst, 1, v) != SQLITE_OK ||
+                        sqlite3_step(*wst) != SQLITE_ROW) {
+                        sqlite3_reset(*wst);
+                        *done = 1;
+                        *got = n;
+                        return 1;
+                    }
+                    v = sqlite3_column_value(*wst, 0);
+                    type = sqlite3_value_type(v);
+                    x = type == SQLITE_INTEGER ? sqlite3_value_int64(v) : 0;
+                    slow = 1;
+                }
+            }
+            if (slow) sqlite3_reset(*wst);
             if (type != SQLITE_INTEGER) {
-                snprintf(msg, msglen, "row %zd column %zd holds a %s, not an int", n, j,
+                snprintf(msg, msglen, "row %zd column %zd holds a %s, not an int", n, name[j],
                          type_name(type));
                 *done = 1;
                 *got = n;
                 return 2;
             }
-            int64_t x = sqlite3_value_int64(v);
             if (wide[j]) {
                 memcpy(item + off[j], &x, 8);
             } else if (x < INT32_MIN || x > INT32_MAX) {
-                snprintf(msg, msglen, "row %zd column %zd is out of range", n, j);
+                snprintf(msg, msglen, "row %zd column %zd is out of range", n, name[j]);
                 *done = 1;
                 *got = n;
                 return 2;
@@ -223,15 +261,39 @@ static int fill_loop(sqlite3_stmt *st, char *out, Py_ssize_t rows, Py_ssize_t it
 
 static PyObject *query_fill(query_t *q, PyObject *args) {
     Py_ssize_t rows, itemsize;
-    PyObject *offsets, *sizes;
-    if (!PyArg_ParseTuple(args, "nnO!O!", &rows, &itemsize, &PyTuple_Type, &offsets,
-                          &PyTuple_Type, &sizes)) {
+    PyObject *offsets, *sizes, *wraps = NULL, *names = NULL;
+    if (!PyArg_ParseTuple(args, "nnO!O!|O!O!", &rows, &itemsize, &PyTuple_Type, &offsets,
+                          &PyTuple_Type, &sizes, &PyTuple_Type, &wraps, &PyTuple_Type,
+                          &names)) {
         return NULL;
     }
     Py_ssize_t ncols = PyTuple_GET_SIZE(offsets);
     Py_ssize_t off[MAX_COLUMNS];
     int wide[MAX_COLUMNS];
+    int wrap[MAX_COLUMNS];
+    Py_ssize_t name[MAX_COLUMNS];
     if (parse_layout(offsets, sizes, itemsize, off, wide) < 0) return NULL;
+    if ((wraps && PyTuple_GET_SIZE(wraps) != ncols) || (names && PyTuple_GET_SIZE(names) != ncols)
+        || (names && !wraps)) {
+        PyErr_SetString(PyExc_ValueError, "one wrap and one name per offset");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < ncols; j++) {
+        wrap[j] = 0;
+        name[j] = j;
+        if (wraps) {
+            wrap[j] = PyObject_IsTrue(PyTuple_GET_ITEM(wraps, j));
+            if (wrap[j] < 0) return NULL;
+            if (wrap[j] && wide[j]) {
+                PyErr_SetString(PyExc_ValueError, "a wrapped value is 4 bytes");
+                return NULL;
+            }
+        }
+        if (names) {
+            name[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(names, j));
+            if (name[j] == -1 && PyErr_Occurred()) return NULL;
+        }
+    }
     if (rows < 0) {
         PyErr_SetString(PyExc_ValueError, "rows must be at least 0");
         return NULL;
@@ -251,8 +313,8 @@ static PyObject *query_fill(query_t *q, PyObject *args) {
     char *out = PyByteArray_AS_STRING(buf);
     memset(out, 0, (size_t)(rows * itemsize));
     Py_BEGIN_ALLOW_THREADS
-    status = fill_loop(q->st, out, rows, itemsize, ncols, off, wide, &got, &q->done, msg,
-                       sizeof msg);
+    status = fill_loop(q->st, out, rows, itemsize, ncols, off, wide, wrap, name, &q->wrap,
+                       &got, &q->done, msg, sizeof msg);
     Py_END_ALLOW_THREADS
     if (status == 1) {
         Py_DECREF(buf);
@@ -277,7 +339,7 @@ static PyMethodDef db_methods[] = {
 
 static PyMethodDef query_methods[] = {
     {"fill", (PyCFunction)query_fill, METH_VARARGS,
-     "fill(rows, itemsize, offsets, sizes) -> (status, bytearray or message)"},
+     "fill(rows, itemsize, offsets, sizes[, wraps, names]) -> (status, bytearray or message)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -208,7 +208,8 @@ class ReaderLease:
 
     def stream(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
                what: str, scan: tuple[str, str, str, str] | None = None,
-               inline: InlineTexts | None = None, *, window: int | None = None
+               inline: InlineTexts | None = None, *, window: int | None = None,
+               unwrapped: tables.UnwrappedStatements | None = None
                ) -> Iterator[np.ndarray]:
         """``dtype`` chunks of the ordered ``sql``, like ``tables.stream``.
 
@@ -217,7 +218,9 @@ class ReaderLease:
         table's disorder allows it; ``window``: the table's reorder window when known already
         (``Export.known_window``: the child does not read its bounds). ``inline`` (field,
         numbering): each row's last value is an inline text or NULL; a row with one gets
-        ``numbering(texts)``'s id in that field.
+        ``numbering(texts)``'s id in that field. ``unwrapped``: the same statements for the
+        compiled row reader, which wraps their int32 values itself (the child reads them
+        when it has that reader).
         """
         p = self._process
         sid = p.new_id()
@@ -233,6 +236,8 @@ class ReaderLease:
             request["presort"] = bounds
         if inline is not None:
             request["inline"] = True
+        elif unwrapped is not None:
+            request["unwrapped"] = unwrapped._asdict()
         p.send(request)
         if scan is not None:
             p.expect_reply(sid)  # the reorder window

@@ -86,7 +86,7 @@ class ReaderSource:
             window = None if scan is None else export.known_window(*scan[1:])
             self._started[kind] = iter(()) if sql is None else joined or lease.stream(
                 sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,
-                window=window)
+                window=window, unwrapped=tables.unwrapped_statements(export, kind))
 
     @property
     def kinds(self) -> list[str]:

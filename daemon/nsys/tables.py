@@ -16,7 +16,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ __all__ = [
     "KINDS",
     "LAYOUTS",
     "READER_ROWS",
+    "UnwrappedStatements",
     "available_kinds",
     "chunks",
     "fetch_layout",
@@ -46,6 +47,7 @@ __all__ = [
     "read_failed",
     "select_sql",
     "stream",
+    "unwrapped_statements",
 ]
 
 log = get_logger(__name__)
@@ -94,6 +96,45 @@ def _statements(export: Export, kind: str
         if len(_STATEMENTS) >= _STATEMENTS_KEPT:
             _STATEMENTS.clear()
         _STATEMENTS[key] = found
+    return found
+
+
+#: (schema key, kind) -> the compiled row reader's form of the kind's statements, or None
+_UNWRAPPED: dict[tuple[int, str], UnwrappedStatements | None] = {}
+
+
+class UnwrappedStatements(NamedTuple):
+    """A kind's statements for the compiled row reader, which wraps int32 values itself
+    (``KindSpec.select_source_unwrapped``): the ordered SELECT, the storage-order scan, and
+    where each value lands (``fill``'s offsets, sizes, wraps and names)."""
+
+    sql: str
+    scan: str
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    wraps: tuple[int, ...]
+    names: tuple[int, ...]
+
+
+def unwrapped_statements(export: Export, kind: str) -> UnwrappedStatements | None:
+    """The kind's statements with int32 values wrapped by the compiled row reader instead of
+    SQL (the same values; a kind read from one table only), or None."""
+    key = (export.schema_key, kind)
+    if key in _UNWRAPPED:
+        return _UNWRAPPED[key]
+    spec = registry.get(kind)
+    sources = spec.sources(export) if spec.select is None else []
+    found = None
+    select = spec.select_source_unwrapped(export, sources[0]) if len(sources) == 1 else None
+    if select is not None and any(select.wraps):
+        dtype = spec.dtype
+        found = UnwrappedStatements(
+            f"{select.sql} ORDER BY start", select.sql,
+            tuple(field_offset(dtype, f) for f in select.fields),
+            tuple(int(dtype[f].itemsize) for f in select.fields), select.wraps, select.names)
+    if len(_UNWRAPPED) >= _STATEMENTS_KEPT:
+        _UNWRAPPED.clear()
+    _UNWRAPPED[key] = found
     return found
 
 

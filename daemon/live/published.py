@@ -1,15 +1,11 @@
 """What a live trace publishes besides its blocks (header task list, ``.row``, ``.pcf``), kept
-formatted between commits: a commit formats only the tasks and labels it added, so its cost
-does not grow with the tasks already in the trace. The threads' ``.row`` lines are the
-exception: they follow from the numbering's columns alone, and are formatted again as the file
-is written, a slice of tasks at a time, instead of being kept (issue 11: a watched job's
-memory flat in the number of its reports).
+formatted between commits: a commit formats only the objects and labels it added, so its cost
+does not grow with the tasks already in the trace.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
 
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import event_types
@@ -22,8 +18,6 @@ log = get_logger(__name__)
 
 #: distinct header entries (``threads:node``) kept to be shared by the tasks that have them
 _HEADER_KEPT = 4096
-#: tasks whose threads' ``.row`` lines are formatted into one piece of the file
-_ROW_TASKS = 512
 
 
 class Published:
@@ -42,7 +36,10 @@ class Published:
         self._task_rows = bytearray()
         self._header_tasks: list[str] = []
         self._header_kept: dict[str, str] = {}
-        #: how many threads each task had when its header entry was made
+        #: every thread's .row line, newline-ended and encoded, in task then thread order (one
+        #: buffer: no string a task); where each task's lines end in it, and how many it has
+        self._rows = bytearray()
+        self._ends = array("q")
         self._counts = array("q")
         self._pcf_key: tuple[tuple[str, int], ...] | None = None
         self._pcf = b""
@@ -64,18 +61,30 @@ class Published:
             self._node_ids[host] = len(self._nodes) + 1
             self._nodes.append(pv.sanitize_label(host))
         tasks = nb.tasks  # columns: no entry is made a task
-        for i in range(len(self._counts), len(tasks)):
+        for i in range(len(self._ends), len(tasks)):
             self._task_rows += (pv.sanitize_once(tasks.label(i)) + "\n").encode()
+            self._ends.append(len(self._rows))
             self._counts.append(0)
             self._header_tasks.append(self._shared(pv.header_task(0,
                                                                   self._node_ids[tasks.host(i)])))
-        counts = self._counts
+        ends = self._ends
+        shift = 0  # bytes inserted before the task at hand: its end moves by them
         for i in range(len(tasks)):
-            count = tasks.thread_count(i)
-            if counts[i] != count:
-                counts[i] = count
-                self._header_tasks[i] = self._shared(pv.header_task(
-                    count, self._node_ids[tasks.host(i)]))
+            if shift:
+                ends[i] += shift
+            count = self._counts[i]
+            if count == tasks.thread_count(i):
+                continue
+            host = tasks.host(i)
+            lines = "".join(pv.row_line(i + 1, thread, key, host) + "\n"
+                            for thread, key in enumerate(tasks.keys(i, count), count + 1)
+                            ).encode()
+            end = ends[i]
+            self._rows[end:end] = lines  # behind the task's lines: an append but for old tasks
+            ends[i] = end + len(lines)
+            shift += len(lines)
+            self._counts[i] = count = tasks.thread_count(i)
+            self._header_tasks[i] = self._shared(pv.header_task(count, self._node_ids[host]))
 
     def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
         """``pv.header_line`` of the numbering (``ValueError`` when over ``capacity``)."""
@@ -84,25 +93,9 @@ class Published:
                                     origin_wall_ns, capacity)
 
     def row(self) -> bytes:
-        """``pv.row_from_lines`` of the numbering."""
-        return b"".join(self.row_pieces())
-
-    def row_pieces(self) -> Iterator[bytes]:
-        """The ``.row`` in pieces: its nodes and tasks, then the threads' lines of
-        ``_ROW_TASKS`` tasks a piece (formatted as the pieces are taken: the numbering must
-        not change meanwhile)."""
         self._catch_up()
-        counts = self._counts
-        yield pv.row_from_lines(self._nodes, len(counts), self._task_rows, sum(counts), b"")
-        tasks = self.numbering.tasks
-        for lo in range(0, len(counts), _ROW_TASKS):
-            lines = []
-            for i in range(lo, min(lo + _ROW_TASKS, len(counts))):
-                host = tasks.host(i)
-                lines += [pv.row_line(i + 1, thread, key, host)
-                          for thread, key in enumerate(tasks.keys(i), 1)]
-            if lines:
-                yield ("\n".join(lines) + "\n").encode()
+        return pv.row_from_lines(self._nodes, len(self._ends), self._task_rows,
+                                 sum(self._counts), self._rows)
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

@@ -17,7 +17,7 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, comm_lines, make_keys
 
-__all__ = ["DRIVER", "SPEC", "convert", "scan_parts", "select_sql"]
+__all__ = ["DRIVER", "SPEC", "convert", "scan_parts", "select_sql", "unwrapped_part"]
 
 log = get_logger(__name__)
 
@@ -36,6 +36,21 @@ JOIN {table} AS g
 DRIVER = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
+_BARE_DEVICE_STREAM = "COALESCE(g.deviceId, -1), COALESCE(g.streamId, -1)"
+#: the arrows' device and stream, each wrapped into int32 and packed into one int64
+_DEVICE_STREAM = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
+                              wrap_i4("COALESCE(g.streamId, -1)"))
+
+
+def unwrapped_part(sql: str) -> str | None:
+    """A ``scan_parts`` part with its device and stream bare, two values instead of the
+    packed pair, for the compiled row reader to wrap (``_sqlrows`` fill's ``wraps``: the
+    same values); None for another statement."""
+    if sql.count(_DEVICE_STREAM) != 1:
+        return None
+    return sql.replace(_DEVICE_STREAM, _BARE_DEVICE_STREAM)
+
+
 def _parts(schema: Schema, scan: bool) -> list[str]:
     """One SELECT per joined table (kernel, memcpy, memset), in ``select_sql``'s order;
     ``scan``: the API table scanned in rowid order (``NOT INDEXED``, outer loop forced by
@@ -43,8 +58,7 @@ def _parts(schema: Schema, scan: bool) -> list[str]:
     parts = []
     extra = ({"rowid": ", r.rowid", "scan": " NOT INDEXED CROSS"} if scan
              else {"rowid": "", "scan": ""})
-    device_stream = pack_i4_pair(wrap_i4("COALESCE(g.deviceId, -1)"),
-                                 wrap_i4("COALESCE(g.streamId, -1)"))
+    device_stream = _DEVICE_STREAM
     if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
         parts.append(_SQL.format(device_stream=device_stream, size_kind="0",
                                  table="CUPTI_ACTIVITY_KIND_KERNEL", **extra))

@@ -76,7 +76,8 @@ class ReaderSource:
             sql = tables.select_sql(export, kind)
 
             def part(part_sql: str, wide: np.dtype, kind: str = kind) -> Iterator[np.ndarray]:
-                return lease.stream(part_sql, wide, tables.fetch_layout(wide), chunk_rows, kind)
+                return lease.stream(part_sql, wide, tables.fetch_layout(wide), chunk_rows, kind,
+                                    unwrapped=tables.unwrapped_part(part_sql, wide))
 
             joined = None if sql is None or not presort else tables.join_stream(
                 export, kind, chunk_rows, part)

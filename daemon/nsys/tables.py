@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from prvstream.daemon.kinds import registry
+from prvstream.daemon.kinds import comm, registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import fetch_groups, quote_identifier
 from prvstream.daemon.nsys import joinscan
@@ -47,6 +47,7 @@ __all__ = [
     "read_failed",
     "select_sql",
     "stream",
+    "unwrapped_part",
     "unwrapped_statements",
 ]
 
@@ -136,6 +137,21 @@ def unwrapped_statements(export: Export, kind: str) -> UnwrappedStatements | Non
         _UNWRAPPED.clear()
     _UNWRAPPED[key] = found
     return found
+
+
+def unwrapped_part(sql: str, dtype: np.dtype) -> UnwrappedStatements | None:
+    """A comm join's part (``comm.scan_parts``, read into ``dtype``) for the compiled row
+    reader, which wraps its device and stream itself; None for another statement."""
+    bare = comm.unwrapped_part(sql)
+    groups = fetch_groups(dtype)
+    if bare is None or [g for g in groups if len(g) == 2] != [("device", "stream")]:
+        return None
+    fields = [f for g in groups for f in g]
+    return UnwrappedStatements(
+        bare, bare, tuple(field_offset(dtype, f) for f in fields),
+        tuple(int(dtype[f].itemsize) for f in fields),
+        tuple(int(len(g) == 2) for g in groups for _ in g),
+        tuple(j for j, g in enumerate(groups) for _ in g))
 
 
 def scan_plan(export: Export, kind: str) -> tuple[str, str, str, str] | None:

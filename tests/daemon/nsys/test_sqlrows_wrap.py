@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -63,3 +64,41 @@ def test_wrapping_in_c_gives_the_sql_wrapping(rows: list[tuple[object, ...]],
         got = _answers(path, in_c, 16, ((0, 4, 8, 12), (4, 4, 4, 4), (1, 1, 1, 0),
                                         (0, 0, 1, 2)), chunk)
         assert got == want
+
+
+def test_a_real_exports_statements_read_unwrapped_give_the_same_rows(
+        real_data_dir: Path) -> None:
+    """Each kind read from one table, and each comm join part, read in the unwrapped form
+    gives the bytes of its SQL form (and the join parts do get that form)."""
+    from prvstream.daemon.kinds import registry
+    from prvstream.daemon.nsys import tables
+    from prvstream.daemon.nsys.export import open_export
+
+    path = real_data_dir / "nsys2026.1_torch_tiny_rtx3080.sqlite"
+    export = open_export(path)
+    try:
+        cases: list[tuple[str, tuple[tuple[int, ...], ...], tables.UnwrappedStatements,
+                          int]] = []
+        for kind in tables.available_kinds(export):
+            found = tables.unwrapped_statements(export, kind)
+            if found is not None:
+                cases.append((tables.select_sql(export, kind) or "", tables.LAYOUTS[kind],
+                              found, registry.get(kind).dtype.itemsize))
+        spec = registry.get("comm")
+        assert spec.scan_parts is not None
+        parts = spec.scan_parts(export)
+        assert parts is not None
+        wide = np.dtype([*spec.dtype.descr, ("rowid", "<i8")])
+        for part in parts[1]:
+            found = tables.unwrapped_part(part, wide)
+            assert found is not None
+            cases.append((part, tables.fetch_layout(wide), found, wide.itemsize))
+        assert len(cases) >= 5  # kernel, memcpy, memset (sync) and the join's parts
+        for sql, layout, found, itemsize in cases:
+            want = _answers(path, sql, itemsize, layout, 4096)
+            got = _answers(path, found.sql, itemsize,
+                           (found.offsets, found.sizes, found.wraps, found.names), 4096)
+            assert got == want
+            assert len(want[0][1]) > 0
+    finally:
+        export.close()

@@ -16,6 +16,7 @@ import numpy as np
 from prvstream.daemon.kinds.context import ThreadKey
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.madesequence import MadeSequence
+from prvstream.sinks.narrowcols import extended, set_item
 
 if TYPE_CHECKING:
     from prvstream.daemon.stream.numbering import TaskEntry
@@ -37,29 +38,6 @@ def derived_label(host: str, pid: int, rank: int) -> str:
 
 def _blob(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
-
-
-def _extended(col: array[int], values: Sequence[int]) -> array[int]:
-    """``col`` with ``values`` appended; a narrow column that one of them does not fit is
-    widened to int64 first (what an int64 does not hold fails as it did before)."""
-    n = len(col)
-    try:
-        col.extend(values)
-    except OverflowError:
-        del col[n:]
-        col = array("q", col)
-        col.extend(values)
-    return col
-
-
-def _set(col: array[int], i: int, value: int) -> array[int]:
-    """``col`` with item ``i`` set to ``value`` (widened as ``_extended``)."""
-    try:
-        col[i] = value
-    except OverflowError:
-        col = array("q", col)
-        col[i] = value
-    return col
 
 
 class TaskTable(MadeSequence["TaskEntry"]):
@@ -167,7 +145,7 @@ class TaskTable(MadeSequence["TaskEntry"]):
         else:
             self._label_of.append(len(self._labels))
             self._labels.append(entry.name)
-        self._tstart = _extended(self._tstart, (len(self._kind),))
+        self._tstart = extended(self._tstart, (len(self._kind),))
         self._tcount.append(0)
         self.add_threads(len(self) - 1, entry.thread_keys, entry.thread_names)
 
@@ -184,20 +162,20 @@ class TaskTable(MadeSequence["TaskEntry"]):
         lo, n = self._tstart[i], self._tcount[i]
         if lo + n != len(self._kind):  # its run is not the last: moved to the end
             moved_keys, moved_names = self.keys(i), self.names(i)
-            self._tstart = _set(self._tstart, i, len(self._kind))
+            self._tstart = set_item(self._tstart, i, len(self._kind))
             self._push(moved_keys, moved_names)
         self._push(keys, names)
-        self._tcount = _set(self._tcount, i, n + len(keys))
+        self._tcount = set_item(self._tcount, i, n + len(keys))
 
     def _push(self, keys: Sequence[ThreadKey], names: Sequence[str]) -> None:
-        self._kind = _extended(self._kind, [key[0] for key in keys])
-        self._a = _extended(self._a, [key[1] for key in keys])
-        self._b = _extended(self._b, [key[2] for key in keys])
+        self._kind = extended(self._kind, [key[0] for key in keys])
+        self._a = extended(self._a, [key[1] for key in keys])
+        self._b = extended(self._b, [key[2] for key in keys])
         ends = []
         for name in names:
             self._names += _blob(name)
             ends.append(len(self._names))
-        self._name_end = _extended(self._name_end, ends)
+        self._name_end = extended(self._name_end, ends)
 
     def keep_threads(self, i: int, count: int) -> None:
         """Task ``i``'s first ``count`` threads only."""

@@ -7,6 +7,7 @@ from array import array
 from collections.abc import Sequence
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.narrowcols import set_item
 
 __all__ = ["Ragged"]
 
@@ -14,16 +15,6 @@ log = get_logger(__name__)
 
 #: moved owners' old places are compacted away once they are half the array and this many
 COMPACT_AT = 1024
-
-
-def _set(col: array[int], i: int, value: int) -> array[int]:
-    """``col`` with item ``i`` set to ``value``, widened to int64 when it does not fit."""
-    try:
-        col[i] = value
-    except OverflowError:
-        col = array("q", col)
-        col[i] = value
-    return col
 
 
 class Ragged:
@@ -88,7 +79,7 @@ class Ragged:
         elif s + c == len(data):  # the last segment: grow in place, no spare room
             del data[s + z:]
             data.extend(values)
-            self._cap = _set(self._cap, owner, z + n)
+            self._cap = set_item(self._cap, owner, z + n)
         else:  # move to the end with room to grow: amortized as array's own doubling
             cap = max(z + n, 2 * z)
             old = data[s:s + z]
@@ -97,8 +88,8 @@ class Ragged:
             data.extend(old)
             data.extend(values)
             data.extend(array("q", bytes(8 * (cap - z - n))))
-            self._cap = _set(self._cap, owner, cap)
-        self._size = _set(self._size, owner, z + n)
+            self._cap = set_item(self._cap, owner, cap)
+        self._size = set_item(self._size, owner, z + n)
         if self._holes > len(self._data) // 2 and self._holes >= COMPACT_AT:
             self._compact()
 

@@ -3,8 +3,6 @@ owner grows in whatever order, whether it moves or the array is compacted."""
 
 from __future__ import annotations
 
-from array import array
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,8 +48,3 @@ def test_lists_are_those_of_a_list_of_lists(ops: list[tuple[str, int, list[int]]
     finally:
         ragged.COMPACT_AT = saved
 
-
-def test_an_owners_length_widens_past_32_bits() -> None:
-    col = ragged._set(array("i", [1, 2]), 1, 2**40)
-    assert col.typecode == "q" and list(col) == [1, 2**40]
-    assert ragged._set(col, 0, 3) is col

@@ -58,13 +58,12 @@ def _parts(schema: Schema, scan: bool) -> list[str]:
     parts = []
     extra = ({"rowid": ", r.rowid", "scan": " NOT INDEXED CROSS"} if scan
              else {"rowid": "", "scan": ""})
-    device_stream = _DEVICE_STREAM
     if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
-        parts.append(_SQL.format(device_stream=device_stream, size_kind="0",
+        parts.append(_SQL.format(device_stream=_DEVICE_STREAM, size_kind="0",
                                  table="CUPTI_ACTIVITY_KIND_KERNEL", **extra))
     for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         if schema.has(table, "correlationId"):
-            parts.append(_SQL.format(device_stream=device_stream,
+            parts.append(_SQL.format(device_stream=_DEVICE_STREAM,
                                      size_kind="(COALESCE(g.bytes, 0) << 1) | 1", table=table,
                                      **extra))
     if not schema.has(DRIVER, "correlationId"):

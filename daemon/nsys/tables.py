@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -128,11 +128,8 @@ def unwrapped_statements(export: Export, kind: str) -> UnwrappedStatements | Non
     found = None
     select = spec.select_source_unwrapped(export, sources[0]) if len(sources) == 1 else None
     if select is not None and any(select.wraps):
-        dtype = spec.dtype
-        found = UnwrappedStatements(
-            f"{select.sql} ORDER BY start", select.sql,
-            tuple(field_offset(dtype, f) for f in select.fields),
-            tuple(int(dtype[f].itemsize) for f in select.fields), select.wraps, select.names)
+        found = _unwrapped(f"{select.sql} ORDER BY start", select.sql, spec.dtype,
+                           select.fields, select.wraps, select.names)
     if len(_UNWRAPPED) >= _STATEMENTS_KEPT:
         _UNWRAPPED.clear()
     _UNWRAPPED[key] = found
@@ -146,12 +143,16 @@ def unwrapped_part(sql: str, dtype: np.dtype) -> UnwrappedStatements | None:
     groups = fetch_groups(dtype)
     if bare is None or [g for g in groups if len(g) == 2] != [("device", "stream")]:
         return None
-    fields = [f for g in groups for f in g]
-    return UnwrappedStatements(
-        bare, bare, tuple(field_offset(dtype, f) for f in fields),
-        tuple(int(dtype[f].itemsize) for f in fields),
-        tuple(int(len(g) == 2) for g in groups for _ in g),
-        tuple(j for j, g in enumerate(groups) for _ in g))
+    return _unwrapped(bare, bare, dtype, [f for g in groups for f in g],
+                      tuple(int(len(g) == 2) for g in groups for _ in g),
+                      tuple(j for j, g in enumerate(groups) for _ in g))
+
+
+def _unwrapped(sql: str, scan: str, dtype: np.dtype, fields: Sequence[str],
+               wraps: tuple[int, ...], names: tuple[int, ...]) -> UnwrappedStatements:
+    """The statements with where each field's value lands in ``dtype`` (offset, size)."""
+    return UnwrappedStatements(sql, scan, tuple(field_offset(dtype, f) for f in fields),
+                               tuple(int(dtype[f].itemsize) for f in fields), wraps, names)
 
 
 def scan_plan(export: Export, kind: str) -> tuple[str, str, str, str] | None:

@@ -57,8 +57,8 @@ class Tables:
                                           rows.min.tolist(), rows.max.tolist(),
                                           rows.bytes.tolist(), strict=True):
             old = table.get(name)
-            table[name] = [c, t, lo, hi, nb] if old is None else [
-                old[0] + c, old[1] + t, min(old[2], lo), max(old[3], hi), old[4] + nb]
+            row = [c, t, lo, hi, nb]
+            table[name] = row if old is None else _fold(old, row)
         if len(table) > NAME_CAP:
             self._cap(table, rows.table)
 

@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Sequence
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.narrowcols import set_item
+from prvstream.sinks.narrowcols import extended, set_item
 
 __all__ = ["Ragged"]
 
@@ -23,12 +23,12 @@ class Ragged:
     the array grows in place (no spare room: a job's many small owners take exactly their
     values); one that grows elsewhere moves to the end with doubled capacity (amortized O(1) a
     value, as ``array`` itself); the segments left behind are compacted away once they are
-    half the array. An owner's length and capacity are 32 bits until one needs more (a
+    half the array. An owner's start, length and capacity are 32 bits until one needs more (a
     watched job adds a few owners with every report: issue 11)."""
 
     def __init__(self) -> None:
         self._data = array("q")
-        self._start = array("q")
+        self._start = array("i")
         self._size = array("i")
         self._cap = array("i")
         #: values of the array no segment holds any more (moved owners' old places)
@@ -40,7 +40,7 @@ class Ragged:
 
     def add_owner(self) -> int:
         """A new owner with no values; its id."""
-        self._start.append(len(self._data))
+        self._start = extended(self._start, (len(self._data),))
         self._size.append(0)
         self._cap.append(0)
         return len(self._start) - 1
@@ -84,7 +84,7 @@ class Ragged:
             cap = max(z + n, 2 * z)
             old = data[s:s + z]
             self._holes += c
-            self._start[owner] = len(data)
+            self._start = set_item(self._start, owner, len(data))
             data.extend(old)
             data.extend(values)
             data.extend(array("q", bytes(8 * (cap - z - n))))
@@ -99,7 +99,7 @@ class Ragged:
         new = array("q")
         for owner in range(len(self._start)):
             s, c = self._start[owner], self._cap[owner]
-            self._start[owner] = len(new)
+            self._start = set_item(self._start, owner, len(new))
             new.extend(data[s:s + c])
         self._data = new
         self._holes = 0

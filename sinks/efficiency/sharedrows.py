@@ -1,7 +1,10 @@
 """The rows of one view (windows or phase instances) of every device, or of every host
 process, of a model in one table: an owner's rows stay in a ``RowStore`` while its report is
 fed, then (when few) move to one growing array of (owner id, key) rows, so a settled device or
-process keeps no objects of its own for them."""
+process keeps no objects of its own for them. A full chunk of the table keeps only its columns
+that are not all zero, in the narrowest integer type that holds them (a watched job adds rows
+with every report, most of whose values are zero or small: issue 11); a row read is widened
+back to int64."""
 
 from __future__ import annotations
 
@@ -21,6 +24,39 @@ _KEY_BITS = 32
 #: rows a chunk of the table holds (the last one grows to it by ``grow``): the table grows
 #: without copying what it holds, so its peak is not twice its size
 CHUNK = 1024
+#: the integer types a full chunk's columns may be kept in, narrowest first, and their bits
+_NARROW = ((np.int8, 8), (np.int16, 16), (np.int32, 32))
+
+
+class _Packed:
+    """A full chunk's rows: the columns ``cols`` that are not all zero, as ``data`` (one row a
+    table row) in the narrowest integer type that holds them; the other columns are zero."""
+
+    __slots__ = ("cols", "data")
+
+    def __init__(self, rows: np.ndarray) -> None:
+        cols = np.flatnonzero(rows.any(axis=0))
+        data = rows[:, cols]
+        if len(cols):
+            lo, hi = int(data.min()), int(data.max())
+            for t, bits in _NARROW:
+                if -(1 << (bits - 1)) <= lo and hi < 1 << (bits - 1):
+                    data = data.astype(t)
+                    break
+        self.cols = cols
+        self.data = np.ascontiguousarray(data)
+
+    def widened(self, lo: int, hi: int, width: int) -> np.ndarray:
+        """Rows [lo, hi) of the chunk as int64 rows of ``width`` (a new array)."""
+        out = np.zeros((hi - lo, width), np.int64)
+        out[:, self.cols] = self.data[lo:hi]
+        return out
+
+    def row(self, j: int, width: int) -> np.ndarray:
+        """Row ``j`` as int64 (a new array)."""
+        out = np.zeros(width, np.int64)
+        out[self.cols] = self.data[j]
+        return out
 
 
 class SharedRows:
@@ -33,7 +69,8 @@ class SharedRows:
         #: owner id -> its store (while its report is fed, or when it has many rows)
         self._stores: dict[int, RowStore] = {}
         self._keys = np.zeros(0, np.int64)
-        self._chunks: list[np.ndarray] = []
+        #: full chunks packed, the last one (while not full) int64 rows grown by ``grow``
+        self._chunks: list[np.ndarray | _Packed] = []
         self._n = 0
         self._sorted = True
         #: rows a settled device may move to the table: what its store keeps in memory anyway
@@ -78,7 +115,9 @@ class SharedRows:
         if hi > lo:
             at = lo + int(np.searchsorted(self._keys[lo:hi], (gid << _KEY_BITS) | key))
             if at < hi and int(self._keys[at]) == (gid << _KEY_BITS) | key:
-                found: np.ndarray = self._chunks[at // CHUNK][at % CHUNK].copy()
+                chunk = self._chunks[at // CHUNK]
+                found = (chunk.row(at % CHUNK, self.width) if isinstance(chunk, _Packed)
+                         else chunk[at % CHUNK].copy())
                 row = found if row is None else row + found
         return row
 
@@ -128,14 +167,24 @@ class SharedRows:
             take = min(len(rows) - done, CHUNK - j)
             if c == len(self._chunks):
                 self._chunks.append(np.zeros((0, self.width), np.int64))
-            self._chunks[c] = grow(self._chunks[c], j + take, first=16)
-            self._chunks[c][j:j + take] = rows[done:done + take]
+            chunk = self._chunks[c]
+            assert not isinstance(chunk, _Packed)  # only full chunks are packed
+            if j + take == CHUNK:  # full: packed, without the spare room ``grow`` left
+                self._chunks[c] = _Packed(np.concatenate((chunk[:j], rows[done:done + take])))
+            else:
+                chunk = self._chunks[c] = grow(chunk, j + take, first=16)
+                chunk[j:j + take] = rows[done:done + take]
             done += take
 
     def _slice(self, lo: int, hi: int) -> np.ndarray:
         """Rows [lo, hi) of the table (a copy)."""
-        parts = [self._chunks[c][max(lo - c * CHUNK, 0):min(hi - c * CHUNK, CHUNK)]
-                 for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1)] if hi > lo else []
+        parts = []
+        for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1) if hi > lo else ():
+            chunk, a, b = self._chunks[c], max(lo - c * CHUNK, 0), min(hi - c * CHUNK, CHUNK)
+            parts.append(chunk.widened(a, b, self.width) if isinstance(chunk, _Packed)
+                         else chunk[a:b])
+        if len(parts) == 1:
+            return parts[0].copy() if parts[0].base is not None else parts[0]
         return np.concatenate(parts) if parts else np.zeros((0, self.width), np.int64)
 
     def _tidy(self) -> None:

@@ -1,5 +1,6 @@
 """SharedRows (the model's rows of every device or host process in one table) against a plain
-dict of rows: whatever moves from an owner's store to the table, and in whatever owner order."""
+dict of rows: whatever moves from an owner's store to the table, in whatever owner order, and
+whatever integer type its full chunks are packed in (values of 8 to 64 bits)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from prvstream.sinks.efficiency.sharedrows import SharedRows
 
 WIDTH = 3
 
+#: a value added to a row: small, or needing 16, 32 or 64 bits (a packed chunk's type)
+_values = st.one_of(st.integers(0, 9), st.sampled_from([-300, 70_000, -(2**40), 2**40]))
 #: (op, owner, keys, value): add one value to whole rows of an owner, or end its "report"
 #: (settle all and move its rows to the table when they are few and it has none there)
 _ops = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(0, 5),
-              st.lists(st.integers(0, 40), min_size=1, max_size=5), st.integers(0, 9)),
+              st.lists(st.integers(0, 40), min_size=1, max_size=5), _values),
     st.tuples(st.just("end"), st.integers(0, 5), st.just([]), st.just(0)),
     st.tuples(st.just("load"), st.integers(0, 5),
               st.lists(st.integers(0, 40), min_size=1, max_size=4, unique=True),

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.host import HostTotals
-from prvstream.sinks.efficiency.parts import REPEATED, Device, Report
+from prvstream.sinks.efficiency.parts import REPEATED, Report
 from prvstream.sinks.efficiency.phases import phase_label
 from prvstream.sinks.efficiency.repeats import NvtxSpans, repeated
 from prvstream.sinks.logger import get_logger
@@ -55,7 +56,7 @@ class ActivityIntake:
 
     flush_rows: int
     _category: np.ndarray
-    _devices: list[Device]
+    _devices: DeviceTable
     _nvtx: NvtxSpans
     _host: HostTotals
     _require_report: Callable[[], Report]

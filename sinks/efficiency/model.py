@@ -15,6 +15,7 @@ import numpy as np
 
 from prvstream.sinks.arrays import distinct
 from prvstream.sinks.base import ReportInfo, TableDetail, TableRows
+from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.host import HostTotals
 from prvstream.sinks.efficiency.intake import ActivityIntake
 from prvstream.sinks.efficiency.parts import (
@@ -22,8 +23,6 @@ from prvstream.sinks.efficiency.parts import (
     CATEGORY_NCCL_USEFUL,
     NOTE_NAMES,
     WIDTH,
-    Device,
-    DeviceLogs,
     Name,
     Pending,
     Report,
@@ -74,25 +73,22 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: small batches are buffered up to this many rows before a sweep (results do not
         #: depend on it; memory is O(flush_rows + open intervals))
         self.flush_rows = max(int(flush_rows), 1)
-        self._devices: list[Device] = []
-        #: each device's first report, report spans and stream records, by device id
-        self._dev_logs = DeviceLogs()
+        #: the devices by id as columns (each ``Device`` made when read), with their first
+        #: report, report spans and stream records and the (host, device) and process look-ups
+        self._devices = DeviceTable()
         #: each device's totals per window slot and per phase instance id, by device id
         self._dev_windows = SharedRows(WIDTH)
         self._dev_instances = SharedRows(WIDTH)
         #: each device's totals (a row by device id, grown by doubling) and per phase name id
         self._dev_totals = np.zeros((0, WIDTH), np.int64)
         self._dev_names = SharedRows(WIDTH)
-        self._device_ids: dict[tuple[str, int], int] = {}
         #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
         #: in before others (stale), so registering is never a pass over every device
-        self._device_rank = array("q")
+        self._device_rank = array("i")
         self._device_rank_stale = False
         #: the device ids in (host, device) order (ids, not key tuples: no dict of every
         #: device's position is made to rebuild the ranks)
-        self._device_order: list[int] = []
-        #: (host, pid) -> its device id, or a list of them when it has more than one
-        self._process_devices: dict[tuple[str, int], int | list[int]] = {}
+        self._device_order = array("i")
         self._window_slots: dict[int, int] = {}
         self._names: list[Name] = []
         self._name_ids: dict[str, int] = {}
@@ -157,11 +153,10 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         local = np.empty(len(info.devices), np.int64)
         key_first = (origin + int(info.start_ns), info.report_id)
         for i, d in enumerate(info.devices):
-            key = (d.host, d.device)
-            gid = self._device_ids.get(key)
-            proc = processes[d.process] if 0 <= d.process < len(processes) else (d.host, 0)
-            if gid is None:  # registered by _add_device (one key tuple a device)
-                gid = self._add_device(sys.intern(d.host), d.device, d.rank, proc, key_first)
+            gid = self._devices.find(d.host, d.device)
+            if gid is None:
+                proc = processes[d.process] if 0 <= d.process < len(processes) else (d.host, 0)
+                gid = self._add_device(d.host, d.device, d.rank, proc, key_first)
             local[i] = gid
         start, end = origin + int(info.start_ns), origin + int(info.end_ns)
         sweeps: dict[int, Sweep] = {}
@@ -180,37 +175,22 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
     def _add_device(self, host: str, device: int, rank: int | None, process: tuple[str, int],
                     first: tuple[int, str]) -> int:
         """Register a new device of ``process`` whose first report is ``first``; its id."""
-        gid = self._dev_logs.add(first)
-        dev = Device(host, device, rank, process[1], process, gid, self._dev_logs)
+        gid = self._devices.add(host, device, rank, process, first)
         self._dev_totals = grow(self._dev_totals, gid + 1, first=16)
-        key = (dev.host, dev.device)
-        self._device_ids[key] = gid
-        self._devices.append(dev)
-        held = self._process_devices.get(dev.process)
-        if held is None:  # most processes have one device: no list for it
-            self._process_devices[dev.process] = gid
-        elif isinstance(held, int):
-            self._process_devices[dev.process] = [held, gid]
-        else:
-            held.append(gid)
         # its place among the keys so far; when devices after it must move one down (reports
         # out of key order), the ranks are rebuilt once at the next record instead: moving
         # them at each new device (or sorting all again) is quadratic in a job's reports
-        pos = bisect.bisect_left(self._device_order, key, key=self._order_key)
+        pos = bisect.bisect_left(self._device_order, (host, device), key=self._devices.key)
         self._device_order.insert(pos, gid)
         if pos < len(self._device_rank):
             self._device_rank_stale = True
         self._device_rank.append(pos)
         return gid
 
-    def _order_key(self, gid: int) -> tuple[str, int]:
-        dev = self._devices[gid]
-        return dev.host, dev.device
-
     def _ranked(self) -> array[int]:
         """gid -> position of the device in (host, device) order."""
         if self._device_rank_stale:
-            rank = array("q", bytes(8 * len(self._devices)))
+            rank = array("i", bytes(4 * len(self._devices)))
             for pos, gid in enumerate(self._device_order):
                 rank[gid] = pos
             self._device_rank = rank

@@ -436,7 +436,7 @@ def absorb(m: EfficiencyModel, state: EfficiencyState, windows: Iterable[int],
                    if (h, p) in m._process_ids or (h, p) in m._host.processes
                    or (h, p) in m._nvtx), None)
     shared = shared or next((f"{d.host} GPU {d.device}" for d in state.devices
-                             if (d.host, d.device) in m._device_ids), None)
+                             if m._devices.find(d.host, d.device) is not None), None)
     shared = shared or next((f"{h}:{p} NVTX ranges" for h, p, _, _ in state.nvtx
                              if (h, p) in m._nvtx or (h, p) in m._process_ids), None)
     if shared is not None:

@@ -1,4 +1,5 @@
-"""The model's internal parts: growing tables, per-device and per-report state, the sweep."""
+"""The model's internal parts: growing tables, per-report state, the sweep (its devices are
+``devices``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import msgspec
 import numpy as np
 
 from prvstream.sinks.base import ReportInfo
-from prvstream.sinks.efficiency.ragged import Ragged
+from prvstream.sinks.efficiency.devices import Device
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.native import OptionalExtension
 from prvstream.sinks.summary.encoded import EncodedRecord
@@ -33,7 +34,6 @@ __all__ = [
     "USEFUL",
     "WIDTH",
     "Device",
-    "DeviceLogs",
     "Name",
     "Pending",
     "Report",
@@ -80,70 +80,6 @@ def grow(arr: np.ndarray, need: int, fill: int = 0, first: int = FIRST_ROWS) -> 
     new = np.full((max(need, len(arr) + (len(arr) >> 2), first), *arr.shape[1:]), fill, arr.dtype)
     new[:len(arr)] = arr
     return new
-
-
-class DeviceLogs:
-    """What every device of a model logs per report, by device id: the (start, report id) of
-    its first report as columns, its report spans and stream records as lists of one shared
-    ``Ragged`` (owners ``2 * id`` and ``2 * id + 1``): no tuple or array a device."""
-
-    def __init__(self) -> None:
-        self.logs = Ragged()
-        self.first_ns = array("q")
-        self.first_id: list[str] = []
-
-    def add(self, first: tuple[int, str]) -> int:
-        """A new device's columns; its id."""
-        gid = len(self.first_id)
-        self.first_ns.append(first[0])
-        self.first_id.append(first[1])
-        self.logs.add_owner()
-        self.logs.add_owner()
-        return gid
-
-
-class Device(msgspec.Struct, gc=False):
-    """A physical GPU of the job: (host, CUDA id), all its streams and processes flattened;
-    what it logs per report is in its model's ``DeviceLogs`` under ``at`` (its id)."""
-
-    host: str
-    device: int
-    rank: int | None
-    pid: int
-    process: tuple[str, int]
-    at: int
-    cols: DeviceLogs
-
-    @property
-    def first(self) -> tuple[int, str]:
-        """(start, report id) of the report that registered it (the earliest one, merged)."""
-        return self.cols.first_ns[self.at], self.cols.first_id[self.at]
-
-    @property
-    def span_log(self) -> array[int]:
-        """The [start, end) spans of its reports, flattened pairs (a copy)."""
-        return self.cols.logs.get(2 * self.at)
-
-    @property
-    def spans(self) -> list[tuple[int, int]]:
-        """The spans of its reports, in the order added."""
-        t = self.span_log
-        return [(t[j], t[j + 1]) for j in range(0, len(t), 2)]
-
-    @property
-    def streams(self) -> array[int]:
-        """(pid, stream, first, last) activity starts of each report fed so far, flattened
-        records (a copy): a later report's activity starting inside one was captured by it
-        already (``repeats``)."""
-        return self.cols.logs.get(2 * self.at + 1)
-
-    def add_span(self, start: int, end: int) -> None:
-        """Log the [start, end) span of one of its reports."""
-        self.cols.logs.extend(2 * self.at, (start, end))
-
-    def add_streams(self, records: Sequence[int]) -> None:
-        """Log flattened (pid, stream, first, last) records."""
-        self.cols.logs.extend(2 * self.at + 1, records)
 
 
 class Name(msgspec.Struct):

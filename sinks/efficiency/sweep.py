@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
+from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.overlap import hits
 from prvstream.sinks.efficiency.parts import (
     GAP_NS,
@@ -47,7 +48,7 @@ class DeviceSweep:
 
     window_ns: int
     gap_threshold_ns: int
-    _devices: list[Device]
+    _devices: DeviceTable
     _dev_windows: SharedRows
     _dev_instances: SharedRows
     _dev_totals: np.ndarray

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from prvstream.sinks.arrays import distinct
+from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.host import HostParts, HostTotals
 from prvstream.sinks.efficiency.metrics import covered, group_order, job_metrics
 from prvstream.sinks.efficiency.parts import (
@@ -50,13 +51,12 @@ class RecordViews:
     job: str
     window_ns: int
     gap_threshold_ns: int
-    _devices: list[Device]
+    _devices: DeviceTable
     _dev_windows: SharedRows
     _dev_instances: SharedRows
     _dev_totals: np.ndarray
     _dev_names: SharedRows
     _ranked: Callable[[], array[int]]
-    _process_devices: dict[tuple[str, int], int | list[int]]
     _window_slots: dict[int, int]
     _names: list[Name]
     _processes: list[tuple[str, int]]
@@ -151,11 +151,7 @@ class RecordViews:
     def _present(self, processes: Iterable[int]) -> list[int]:
         out: list[int] = []
         for p in processes:
-            held = self._process_devices.get(self._processes[p])
-            if isinstance(held, int):
-                out.append(held)
-            elif held is not None:
-                out += held
+            out += self._devices.of_process(self._processes[p])
         return out
 
     def _phase(self, i: int) -> EncodedRecord:

@@ -16,7 +16,7 @@ from tests.sinks.test_efficiency import C, M, acts, phases, report
 from tests.traced import collector_paused
 
 #: what one tiny report (one process, one GPU, one phase occurrence, two host threads) may
-#: leave in the model, by design: a Device and a HostProcess with slots (~0.2 KB each), their
+#: leave in the model, by design: a device's columns (~0.1 KB) and a HostProcess with slots, their
 #: totals and packed rows (a few int64 arrays, ~0.1 KB of header each, ~1.2 KB), the phase
 #: instance's occurrence span and index (~0.5 KB), the device and process keys in the
 #: lookups (~0.6 KB) and the host windows (~0.5 KB): about 3.5 KB. Measured at 4.0 KB

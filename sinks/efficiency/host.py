@@ -11,7 +11,6 @@ overlap, as the trace's host states do.
 
 from __future__ import annotations
 
-import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -24,6 +23,7 @@ from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_me
 from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.efficiency.overlap import covered_by
+from prvstream.sinks.efficiency.processes import ProcessTable
 from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.logger import get_logger
@@ -33,32 +33,30 @@ from prvstream.sinks.summary.records import HostMetrics, HostRow
 __all__ = [
     "HOST_WIDTH",
     "MPI_SPAN",
+    "NO_RANK",
     "SPAN",
     "HostParts",
-    "HostProcess",
     "HostSample",
     "HostTotals",
-    "by_thread",
-    "captured",
     "host_metrics",
     "outside",
     "restore_process",
-    "thread_spans",
-    "threads",
 ]
 
 log = get_logger(__name__)
 
 #: columns of a host totals row: ns in the CUDA runtime, ns in MPI
 HOST_WIDTH = 2
-#: a process's row and its threads' (``HostProcess.log``'s first slots, ``HostWindows``)
+#: a process's row and its threads' (``HostTotals.log``'s first slots, ``HostWindows``)
 _SUMS = 2 * HOST_WIDTH
-#: ``HostProcess.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
+#: ``HostTotals.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
 SPAN, MPI_SPAN = -1, -2
-#: ``HostProcess.log`` lengths searched in Python (a process of a few reports and threads)
+#: ``HostTotals.log`` lengths searched in Python (a process of a few reports and threads)
 _SMALL = _SUMS + 3 * 32
 #: a new process's sums
 _ZERO_SUMS = (0,) * _SUMS
+#: the rank column's value of a process without one
+NO_RANK = -(2**63)
 
 
 Spans = list[tuple[int, int]]
@@ -66,73 +64,11 @@ Spans = list[tuple[int, int]]
 HostParts = tuple[HostMetrics, Callable[[], Iterator[HostRow]]]
 
 
-class HostProcess(msgspec.Struct, gc=False):
-    """One host process of the job: its captured spans and its call time as a process (union
-    over its threads) and summed over its host threads (each its own union); its time per
-    window is in ``HostTotals.windows`` under ``id``. What grows with its reports is its list
-    of ``HostTotals.logs`` (``log``), so a process of a small report is one small struct."""
-
-    host: str
-    pid: int
-    #: its number in the model (the order first met)
-    id: int
-    #: the model's logs of every process (``HostTotals.logs``): its own is the list ``id``
-    logs: Ragged
-    rank: int | None = None
-    #: (its rows by phase instance id: time inside its own occurrence, then the same summed
-    #: over its threads, are rows of ``HostTotals.instances`` under ``id``)
-
-    @property
-    def log(self) -> array[int]:
-        """ns in the CUDA runtime and in MPI (``HOST_WIDTH``) as a process, then summed over
-        its threads; then (tag, start, end) records in the order added: the wall-clock spans
-        of its reports that have calls of it (tag ``SPAN``; only those count), of those with
-        MPI calls (``MPI_SPAN``: MPI metrics are computed where any process has such a span),
-        and of each span a host thread is captured over (tag: its OS tid; the reports that
-        give it states). A copy."""
-        return self.logs.get(self.id)
-
-    @property
-    def spans(self) -> Spans:
-        return self._tagged(SPAN)
-
-    @property
-    def mpi_spans(self) -> Spans:
-        return self._tagged(MPI_SPAN)
-
-    @property
-    def totals(self) -> list[int]:
-        return self.log[:HOST_WIDTH].tolist()
-
-    @property
-    def thread_totals(self) -> list[int]:
-        return self.log[HOST_WIDTH:_SUMS].tolist()
-
-    def records(self) -> np.ndarray:
-        """The (tag, start, end) records (a copy: the array grows)."""
-        return np.array(self.log[_SUMS:], np.int64).reshape(-1, 3)
-
-    def _tagged(self, tag: int) -> Spans:
-        t = self.log
-        if len(t) <= _SMALL:  # a few records: a Python pass costs less than numpy's calls
-            return [(t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] == tag]
-        recs = self.records()
-        mine = recs[recs[:, 0] == tag]
-        return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
-
-    def add_span(self, tag: int, span: tuple[int, int]) -> None:
-        """Record a span of the process (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
-        self.logs.extend(self.id, (tag, *span))
-
-    def add_time(self, col: int, ns: int) -> None:
-        """Add ``ns`` to column ``col`` of its sums (the log's first ``_SUMS`` values)."""
-        self.logs.add_at(self.id, col, ns)
-
-
 class _Open(msgspec.Struct):
     """The report being fed: its processes, span and, per union key, the union's reach."""
 
-    procs: list[HostProcess]
+    #: the process ids (``ProcessTable``) of the report's processes
+    procs: list[int]
     origin: int
     lo: int
     hi: int
@@ -161,12 +97,23 @@ def outside(lo: np.ndarray, hi: np.ndarray, spans: Spans) -> tuple[np.ndarray, n
 
 class HostTotals:
     """Unions of host call intervals per process and per thread, attributed to the cumulative
-    and window views as they stream in (memory: one row per process, thread and window)."""
+    and window views as they stream in (memory: one row per process, thread and window).
 
-    def __init__(self, window_ns: int) -> None:
+    A host process is an id of the model's ``ProcessTable``: its rank, its log (``log``) and
+    its rows are columns and owners by that id, no object of its own."""
+
+    def __init__(self, window_ns: int, table: ProcessTable | None = None) -> None:
         self.window_ns = window_ns
-        self.processes: dict[tuple[str, int], HostProcess] = {}
-        #: every process's log (``HostProcess.log``), by process id
+        #: the model's processes: a host process is one of them
+        self.table = ProcessTable() if table is None else table
+        #: by process id: 1 for a host process (one a report met, or a state's)
+        self._is_host = bytearray()
+        #: by process id: its rank (``NO_RANK``: none)
+        self._rank = array("q")
+        #: how many host processes, and their ids in (host, pid) order (None: to sort again)
+        self.count = 0
+        self._order: array[int] | None = array("q")
+        #: every process's log (``log``), by process id
         self.logs = Ragged()
         #: every process's time per window (its row, then its threads')
         self.windows = HostWindows(_SUMS)
@@ -174,30 +121,113 @@ class HostTotals:
         self.instances = SharedRows(_SUMS)
         self._open: _Open | None = None
 
-    def process(self, host: str, pid: int, rank: int | None) -> HostProcess:
-        """A new process of the job (its host name interned: a job's processes share few)."""
-        return self.process_at((sys.intern(host), pid), rank)
+    def process(self, host: str, pid: int, rank: int | None) -> int:
+        """The id of host process (host, pid), made a host process (with ``rank``) when it is
+        not one yet."""
+        return self._made_host(self.table.add(host, pid), rank)
 
-    def process_at(self, key: tuple[str, int], rank: int | None) -> HostProcess:
-        """A new process of the job under ``key`` (host interned, pid): the model's own key
-        tuple of the process, not one more a process."""
-        hp = self.processes[key] = HostProcess(key[0], key[1], self.logs.add_owner(),
-                                               self.logs, rank)
-        self.logs.extend(hp.id, _ZERO_SUMS)
-        return hp
+    def _made_host(self, i: int, rank: int | None) -> int:
+        if i < len(self._is_host) and self._is_host[i]:
+            return i
+        grow = i + 1 - len(self._is_host)
+        if grow > 0:
+            self._is_host.extend(bytes(grow))
+            self._rank.extend((NO_RANK,) * grow)
+        while len(self.logs) <= i:
+            self.logs.add_owner()
+        self._is_host[i] = 1
+        self._rank[i] = NO_RANK if rank is None else rank
+        self.logs.extend(i, _ZERO_SUMS)
+        self.count += 1
+        self._order = None
+        return i
 
-    def begin(self, info: ReportInfo, origin: int,
-              keys: Sequence[tuple[str, int]] | None = None) -> None:
-        """A report's processes (``keys``: the model's (host, pid) of each, to be kept)."""
+    def has(self, host: str, pid: int) -> bool:
+        """Whether (host, pid) is a host process."""
+        i = self.table.find(host, pid)
+        return i is not None and i < len(self._is_host) and bool(self._is_host[i])
+
+    def is_host(self, i: int) -> bool:
+        return i < len(self._is_host) and bool(self._is_host[i])
+
+    def rank(self, i: int) -> int | None:
+        r = self._rank[i]
+        return None if r == NO_RANK else r
+
+    def in_key_order(self) -> array[int]:
+        """The host processes' ids in (host, pid) order (kept until a process is added)."""
+        if self._order is None:
+            self._order = array("q", self.table.in_key_order(
+                i for i, h in enumerate(self._is_host) if h))
+        return self._order
+
+    def log(self, i: int) -> array[int]:
+        """ns in the CUDA runtime and in MPI (``HOST_WIDTH``) of process ``i`` as a process,
+        then summed over its threads; then (tag, start, end) records in the order added: the
+        wall-clock spans of its reports that have calls of it (tag ``SPAN``; only those
+        count), of those with MPI calls (``MPI_SPAN``: MPI metrics are computed where any
+        process has such a span), and of each span a host thread is captured over (tag: its
+        OS tid; the reports that give it states). A copy."""
+        return self.logs.get(i)
+
+    def spans(self, i: int) -> Spans:
+        return self._tagged(i, SPAN)
+
+    def mpi_spans(self, i: int) -> Spans:
+        return self._tagged(i, MPI_SPAN)
+
+    def thread_spans(self, i: int, tid: int) -> Spans:
+        """The spans host thread ``tid`` of process ``i`` is captured over, in order."""
+        return self._tagged(i, tid)
+
+    def totals(self, i: int) -> list[int]:
+        return self.log(i)[:HOST_WIDTH].tolist()
+
+    def thread_totals(self, i: int) -> list[int]:
+        return self.log(i)[HOST_WIDTH:_SUMS].tolist()
+
+    def _tagged(self, i: int, tag: int) -> Spans:
+        t = self.log(i)
+        if len(t) <= _SMALL:  # a few records: a Python pass costs less than numpy's calls
+            return [(t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] == tag]
+        recs = np.array(t[_SUMS:], np.int64).reshape(-1, 3)
+        mine = recs[recs[:, 0] == tag]
+        return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
+
+    def add_span(self, i: int, tag: int, span: tuple[int, int]) -> None:
+        """Record a span of process ``i`` (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
+        self.logs.extend(i, (tag, *span))
+
+    def threads(self, i: int) -> list[tuple[int, int, int]]:
+        """(tid, start, end) of each span a host thread of process ``i`` is captured over."""
+        t = self.log(i).tolist()
+        return [(t[j], t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] >= 0]
+
+    def captured(self, i: int) -> tuple[Spans, list[Spans]]:
+        """Process ``i``'s spans (``spans``) and each host thread's, threads in the order
+        first met, in one pass."""
+        t = self.log(i).tolist()
+        own: Spans = []
+        each: dict[int, Spans] = {}
+        for j in range(_SUMS, len(t), 3):
+            tag = t[j]
+            if tag == SPAN:
+                own.append((t[j + 1], t[j + 2]))
+            elif tag >= 0:
+                each.setdefault(tag, []).append((t[j + 1], t[j + 2]))
+        return own, list(each.values())
+
+    def begin(self, info: ReportInfo, origin: int, ids: Sequence[int] | None = None) -> None:
+        """A report's processes (``ids``: their ids in the model's table)."""
         procs = []
-        for i, p in enumerate(info.processes):
-            hp = self.processes.get((p.host, p.pid))
-            if hp is None:
-                hp = self.process(p.host, p.pid, p.rank) if keys is None else \
-                    self.process_at(keys[i], p.rank)
+        for j, p in enumerate(info.processes):
+            i = self.table.add(p.host, p.pid) if ids is None else ids[j]
+            if not self.is_host(i):
+                self._made_host(i, p.rank)
             elif p.rank is not None:
-                hp.rank = p.rank if hp.rank is None else min(hp.rank, p.rank)
-            procs.append(hp)
+                r = self._rank[i]
+                self._rank[i] = p.rank if r == NO_RANK else min(r, p.rank)
+            procs.append(i)
         self._open = _Open(procs, origin, origin + int(info.start_ns),
                            origin + int(info.end_ns), [list(p.threads) for p in info.processes])
 
@@ -244,9 +274,9 @@ class HostTotals:
     def _settle(self, rep: _Open, *, final: bool) -> None:
         """Pack the phase rows no call adds time to any more: below the smallest occurrence
         still open in the process (all of them at the end of the report)."""
-        for i, hp in enumerate(rep.procs):
-            lst = None if final else rep.phases.get(i)
-            self.instances.settle(hp.id, min(p[2] for p in lst) if lst else None, final=final)
+        for j, i in enumerate(rep.procs):
+            lst = None if final else rep.phases.get(j)
+            self.instances.settle(i, min(p[2] for p in lst) if lst else None, final=final)
 
     def _union(self, rep: _Open, proc: int, tid: int, kind: int, s: np.ndarray,
                e: np.ndarray) -> None:
@@ -257,21 +287,21 @@ class HostTotals:
         lo, hi = np.maximum(s, ends[:-1]), e
         keep = hi > lo
         rep.reach[(proc, tid, kind)] = int(ends[-1])
-        hp = rep.procs[proc]
+        i = rep.procs[proc]
         if tid < 0:
             rep.called.add(proc)
             if kind == HostKind.MPI:
                 rep.mpi.add(proc)
-            lo, hi = outside(lo[keep], hi[keep], hp.spans)
+            lo, hi = outside(lo[keep], hi[keep], self.spans(i))
             col = kind
         else:
             rep.seen.setdefault(proc, set()).add(tid)
-            lo, hi = outside(lo[keep], hi[keep], thread_spans(hp, tid))
+            lo, hi = outside(lo[keep], hi[keep], self.thread_spans(i, tid))
             col = HOST_WIDTH + kind
         if len(lo):
-            hp.add_time(col, int((hi - lo).sum()))
-            self._attribute(hp.id, col, lo, hi)
-            _phases(self.instances, hp, col, rep.phases.get(proc), lo, hi)
+            self.logs.add_at(i, col, int((hi - lo).sum()))
+            self._attribute(i, col, lo, hi)
+            _phases(self.instances, i, col, rep.phases.get(proc), lo, hi)
 
     def _attribute(self, proc: int, col: int, lo: np.ndarray, hi: np.ndarray) -> None:
         """Add disjoint pieces [lo, hi) to column ``col`` of the windows they fall in."""
@@ -294,15 +324,15 @@ class HostTotals:
         self._settle(rep, final=True)
         if rep.hi > rep.lo:
             span = (rep.lo, rep.hi)
-            for i in sorted(rep.called):
-                if span not in rep.procs[i].spans:
-                    rep.procs[i].add_span(SPAN, span)
-            for i in sorted(rep.mpi):
-                if span not in rep.procs[i].mpi_spans:
-                    rep.procs[i].add_span(MPI_SPAN, span)
-            for i, hp in enumerate(rep.procs):
-                for tid in sorted({*rep.stated[i], *rep.seen.get(i, ())}):
-                    hp.add_span(tid, span)
+            for j in sorted(rep.called):
+                if span not in self.spans(rep.procs[j]):
+                    self.add_span(rep.procs[j], SPAN, span)
+            for j in sorted(rep.mpi):
+                if span not in self.mpi_spans(rep.procs[j]):
+                    self.add_span(rep.procs[j], MPI_SPAN, span)
+            for j, i in enumerate(rep.procs):
+                for tid in sorted({*rep.stated[j], *rep.seen.get(j, ())}):
+                    self.add_span(i, tid, span)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostParts | None:
@@ -313,42 +343,40 @@ class HostTotals:
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
         zero = [0] * _SUMS
 
-        def samples() -> Iterator[tuple[HostProcess, HostSample]]:
-            for key in sorted(self.processes):
-                hp = self.processes[key]
-                own, theirs = captured(hp)
+        def samples() -> Iterator[tuple[int, HostSample]]:
+            table = self.table
+            for i in self.in_key_order():
+                own, theirs = self.captured(i)
                 t = covered(own, start, end)
                 each = [covered(sp, start, end) for sp in theirs]
                 if t <= 0 and not any(each):
                     continue
-                lg = hp.log
-                v = (lg[0], lg[1], lg[2], lg[3]) if window is None else \
-                    self.windows.get(window, hp.id) or zero
-                yield hp, HostSample(hp.host, hp.pid, hp.rank, t, v[0], v[1],
-                                     sum(1 for x in each if x > 0), sum(each), v[2], v[3])
+                v = self.log(i)[:_SUMS].tolist() if window is None else \
+                    self.windows.get(window, i) or zero
+                yield i, HostSample(table.host(i), table.pid(i), self.rank(i), t, v[0], v[1],
+                                    sum(1 for x in each if x > 0), sum(each), v[2], v[3])
 
-        return _rows_metrics(samples, start, end)
+        return _rows_metrics(self, samples, start, end)
 
-    def phase_metrics(self, occurrences: Iterable[tuple[tuple[str, int], int, int, int]]
+    def phase_metrics(self, occurrences: Iterable[tuple[int, int, int, int]]
                       ) -> HostParts | None:
-        """Host metrics over phase occurrences ((host, pid), start, end, instance id): each
+        """Host metrics over phase occurrences (process id, start, end, instance id): each
         process over its own occurrences (several of one process add up); as ``metrics``."""
-        at: dict[tuple[str, int], int] = {}
+        at: dict[int, int] = {}
         acc = array("q")  # 7 sums a process, in the order first met
         lo, hi = 2**62, -(2**62)
         zero = [0] * HOST_WIDTH
         mpi = False  # MPI calls captured inside an occurrence of their own process
         for key, s, e, i in occurrences:
-            hp = self.processes.get(key)
-            if hp is None:
+            if not self.is_host(key):
                 continue
-            own, theirs = captured(hp)
+            own, theirs = self.captured(key)
             t = covered(own, s, e)
             each = [covered(sp, s, e) for sp in theirs]
             if t <= 0 and not any(each):
                 continue
-            mpi = mpi or covered(hp.mpi_spans, s, e) > 0
-            found = self.instances.get(hp.id, i)
+            mpi = mpi or covered(self.mpi_spans(key), s, e) > 0
+            found = self.instances.get(key, i)
             v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
                                                          found[HOST_WIDTH:].tolist())
             row = at.get(key)
@@ -359,16 +387,16 @@ class HostTotals:
                 acc[row + j] = max(acc[row + j], x) if j == 3 else acc[row + j] + x
             lo, hi = min(lo, s), max(hi, e)
 
-        def samples() -> Iterator[tuple[HostProcess, HostSample]]:
-            for k in sorted(at):
+        def samples() -> Iterator[tuple[int, HostSample]]:
+            table = self.table
+            for k in table.in_key_order(at):
                 r = acc[at[k]:at[k] + 7]
-                hp = self.processes[k]
-                yield hp, HostSample(k[0], k[1], hp.rank, *r)
+                yield k, HostSample(table.host(k), table.pid(k), self.rank(k), *r)
 
-        return _rows_metrics(samples, lo, hi, mpi)
+        return _rows_metrics(self, samples, lo, hi, mpi)
 
 
-def _phases(rows: SharedRows, hp: HostProcess, col: int,
+def _phases(rows: SharedRows, proc: int, col: int,
             recent: list[tuple[int, int, int]] | None, lo: np.ndarray, hi: np.ndarray) -> None:
     """Add the parts of pieces [lo, hi) inside each open phase occurrence to column ``col``
     of the process's instance rows."""
@@ -378,20 +406,20 @@ def _phases(rows: SharedRows, hp: HostProcess, col: int,
     inside = covered_by(lo, hi, r[:, 0], r[:, 1])
     nz = inside > 0
     if nz.any():
-        rows.add(hp.id, r[nz, 2], inside[nz], col)
+        rows.add(proc, r[nz, 2], inside[nz], col)
 
 
-def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], start: int,
-                  end: int, mpi: bool | None = None) -> HostParts | None:
+def _rows_metrics(totals: HostTotals, rows: Callable[[], Iterable[tuple[int, HostSample]]],
+                  start: int, end: int, mpi: bool | None = None) -> HostParts | None:
     """host_metrics of (process, sample) rows (made again for each pass over them, but for
     up to ``ROWS_AT_ONCE`` of them, kept); MPI ones where ``mpi``, by default where any
     process has a report with MPI calls in [start, end)."""
     sums = HostSums()
     any_mpi = False
     kept: list[HostRow] | None = []
-    for hp, sample in rows():
+    for proc, sample in rows():
         if mpi is None and not any_mpi:
-            any_mpi = covered(hp.mpi_spans, start, end) > 0
+            any_mpi = covered(totals.mpi_spans(proc), start, end) > 0
         row = host_row(sample)
         sums.add(row)
         if kept is not None and len(kept) < encoded.ROWS_AT_ONCE:
@@ -406,48 +434,17 @@ def _rows_metrics(rows: Callable[[], Iterable[tuple[HostProcess, HostSample]]], 
     return sums.metrics(any_mpi if mpi is None else mpi, []), again
 
 
-def thread_spans(hp: HostProcess, tid: int) -> Spans:
-    """The spans host thread ``tid`` of ``hp`` is captured over, in the order added."""
-    return hp._tagged(tid)
-
-
-def threads(hp: HostProcess) -> list[tuple[int, int, int]]:
-    """(tid, start, end) of each span a host thread of ``hp`` is captured over, in order."""
-    t = hp.log.tolist()
-    return [(t[j], t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] >= 0]
-
-
-def by_thread(hp: HostProcess) -> list[Spans]:
-    """Each host thread's spans (``thread_spans``), threads in the order first met."""
-    return captured(hp)[1]
-
-
-def captured(hp: HostProcess) -> tuple[Spans, list[Spans]]:
-    """The process's spans (``spans``) and each host thread's (``by_thread``), in one pass."""
-    t = hp.log.tolist()
-    own: Spans = []
-    each: dict[int, Spans] = {}
-    for j in range(_SUMS, len(t), 3):
-        tag = t[j]
-        if tag == SPAN:
-            own.append((t[j + 1], t[j + 2]))
-        elif tag >= 0:
-            each.setdefault(tag, []).append((t[j + 1], t[j + 2]))
-    return own, list(each.values())
-
-
 def restore_process(totals: HostTotals, host: str, pid: int, rank: int | None,
                     spans: Sequence[Sequence[int]], mpi_spans: Sequence[Sequence[int]],
                     threads: Sequence[Sequence[int]], sums: Sequence[int],
-                    thread_sums: Sequence[int]) -> HostProcess:
+                    thread_sums: Sequence[int]) -> int:
     """A process of ``totals`` from its exported state (``partial.HostState``; its windows
-    and phase rows added after)."""
-    hp = totals.process(host, pid, rank)
-    totals.logs.set_at(hp.id, 0, [*(sums or [0] * HOST_WIDTH),
-                                  *(thread_sums or [0] * HOST_WIDTH)])
+    and phase rows added after): its id."""
+    i = totals.process(host, pid, rank)
+    totals.logs.set_at(i, 0, [*(sums or [0] * HOST_WIDTH), *(thread_sums or [0] * HOST_WIDTH)])
     for tag, recs in ((SPAN, spans), (MPI_SPAN, mpi_spans)):
         for s in recs:
-            hp.add_span(tag, (s[0], s[1]))
+            totals.add_span(i, tag, (s[0], s[1]))
     for t in threads:
-        hp.add_span(t[0], (t[1], t[2]))
-    return hp
+        totals.add_span(i, t[0], (t[1], t[2]))
+    return i

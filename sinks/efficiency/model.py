@@ -29,7 +29,8 @@ from prvstream.sinks.efficiency.parts import (
     Sweep,
     grow,
 )
-from prvstream.sinks.efficiency.phases import OccSpans, PhaseInstances
+from prvstream.sinks.efficiency.phases import PhaseInstances
+from prvstream.sinks.efficiency.processes import ProcessTable
 from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.efficiency.repeats import NvtxSpans, close_streams, held_rows
 from prvstream.sinks.efficiency.sharedrows import SharedRows
@@ -98,17 +99,19 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._i_occ = np.zeros(0, np.int64)
         self._i_start = np.zeros(0, np.int64)
         self._i_end = np.zeros(0, np.int64)
-        #: process id -> (host, pid), and per process which instances it has (uint8 per id)
-        self._process_ids: dict[tuple[str, int], int] = {}
-        self._processes: list[tuple[str, int]] = []
-        #: per process, a byte per instance id: 1 where it has that instance
+        #: the host processes: (host, pid) -> process id; their phases, host metrics and
+        #: NVTX spans are columns by that id
+        self._procs = ProcessTable()
+        #: per process id, a byte per instance id: 1 where it has that instance
         self._has: list[bytes | bytearray] = []
         #: one copy of each short instance set, shared by the processes that have it
         self._has_kept: dict[bytes, bytes] = {}
-        #: per process, per phase name: its occurrences' start and end, in order (pairs)
-        self._occ_spans: list[OccSpans] = []
+        #: per process id, its one phase name's id (or none, or several: ``_occ_names``)
+        self._occ_name = array("i")
+        self._occ_names: dict[int, dict[str, array[int]]] = {}
         #: by process id: the occurrence spans of a process's one phase name
         self._occ_log = Ragged()
+        self._phase_procs = 0
         #: the same, sorted for the search of ``phase_rows`` (extended, never re-sorted)
         self._span_index = SpanIndex()
         self._report: Report | None = None
@@ -128,10 +131,10 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         self._tables = Tables()
         #: the top-N tables per phase name (rows attributed by start, ``phase_rows``)
         self._phase_tables: dict[str, Tables] = {}
-        #: (host, pid) -> each report's first and last NVTX range start (``repeats``)
-        self._nvtx: NvtxSpans = {}
+        #: by process: each report's first and last NVTX range start (``repeats``)
+        self._nvtx = NvtxSpans(self._procs)
         #: host metrics: CUDA runtime and MPI time per host process
-        self._host = HostTotals(self.window_ns)
+        self._host = HostTotals(self.window_ns, self._procs)
         #: ReportInfo.notes: note -> (reports it applies to, the first few report ids sorted)
         self._notes: dict[str, tuple[int, list[str]]] = {}
 
@@ -170,7 +173,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
                               pids=np.array([processes[d.process][1]
                                              if 0 <= d.process < len(processes) else 0
                                              for d in info.devices], np.int64))
-        self._host.begin(info, origin, processes)
+        self._host.begin(info, origin, [self._procs.add(h, p) for h, p in processes])
 
     def _add_device(self, host: str, device: int, rank: int | None, process: tuple[str, int],
                     first: tuple[int, str]) -> int:

@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from prvstream.sinks.efficiency.host import (
-    HOST_WIDTH,
-    HostProcess,
-    restore_process,
-    threads,
-)
+from prvstream.sinks.efficiency.host import HOST_WIDTH, restore_process
 from prvstream.sinks.efficiency.parts import NOTE_NAMES, WIDTH
-from prvstream.sinks.efficiency.repeats import load_nvtx, nvtx_pairs
+from prvstream.sinks.efficiency.repeats import load_nvtx
 from prvstream.sinks.efficiency.tables import NAME_CAP, Tables, merge_tables
 from prvstream.sinks.errors import OverlappingStates
 from prvstream.sinks.logger import get_logger
@@ -196,7 +191,7 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
 
 def _nvtx_state(m: EfficiencyModel) -> list[tuple[str, int, int, int]]:
     return sorted((h, p, sp[j], sp[j + 1]) for (h, p), sp in
-                  ((k, nvtx_pairs(b)) for k, b in m._nvtx.items())
+                  m._nvtx.items()
                   for j in range(0, len(sp), 2))
 
 
@@ -208,8 +203,8 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
     scalars = _scalars(m)
     lists: dict[str, tuple[int, Iterator[Any]]] = {
         "devices": (len(m._devices), _device_states(m)),
-        "processes": (len(m._occ_spans), _process_states(m)),
-        "hosts": (len(m._host.processes), _host_states(m))}
+        "processes": (m._phase_procs, _process_states(m)),
+        "hosts": (m._host.count, _host_states(m))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
                             "notes": dict(sorted(m._notes.items())), "nvtx": _nvtx_state(m)}
     yield _header(0x80, 0xDE, len(fields))
@@ -247,8 +242,8 @@ def _phase_tables(m: EfficiencyModel) -> dict[str, dict[str, dict[str, list[int]
 
 
 def _process_states(m: EfficiencyModel) -> Iterator[ProcessState]:
-    for proc, p in sorted(m._process_ids.items()):
-        yield ProcessState(host=proc[0], pid=proc[1],
+    for p in m._phase_processes():
+        yield ProcessState(host=m._procs.host(p), pid=m._procs.pid(p),
                            phases={n: s.tolist() for n, s in m._named_spans(p)})
 
 
@@ -289,9 +284,9 @@ def _rows(table: dict[int, list[int]]) -> Rows:
 def _host_states(m: EfficiencyModel) -> Iterator[HostState]:
     """Each host process's state, in (host, pid) order, built one at a time."""
     procs, windows, rows = m._host.windows.by_process()
-    for _, hp in sorted(m._host.processes.items()):
-        a, b = np.searchsorted(procs, [hp.id, hp.id + 1]).tolist()
-        yield _host_state(m, hp, windows[a:b], rows[a:b])
+    for i in m._host.in_key_order():
+        a, b = np.searchsorted(procs, [i, i + 1]).tolist()
+        yield _host_state(m, i, windows[a:b], rows[a:b])
 
 
 def _halves(keys: np.ndarray, rows: np.ndarray) -> tuple[Rows, Rows]:
@@ -304,11 +299,11 @@ def _halves(keys: np.ndarray, rows: np.ndarray) -> tuple[Rows, Rows]:
     return out[0], out[1]
 
 
-def _host_state(m: EfficiencyModel, hp: HostProcess, windows: np.ndarray,
+def _host_state(m: EfficiencyModel, i: int, windows: np.ndarray,
                 rows: np.ndarray) -> HostState:
     instances: dict[str, Rows] = {}
     thread_instances: dict[str, Rows] = {}
-    ids, vals = m._host.instances.rows(hp.id)
+    ids, vals = m._host.instances.rows(i)
     if len(ids):
         nids = m._i_name[ids]
         for nid in sorted(set(nids.tolist()), key=lambda n: m._names[n].name):
@@ -322,10 +317,12 @@ def _host_state(m: EfficiencyModel, hp: HostProcess, windows: np.ndarray,
             if theirs.keys:
                 thread_instances[name] = theirs
     own_w, theirs_w = _halves(windows, rows)
-    return HostState(host=hp.host, pid=hp.pid, rank=hp.rank, spans=sorted(hp.spans),
-                     mpi_spans=sorted(hp.mpi_spans), totals=hp.totals, windows=own_w,
-                     instances=instances, threads=sorted(threads(hp)),
-                     thread_totals=hp.thread_totals, thread_windows=theirs_w,
+    h = m._host
+    return HostState(host=m._procs.host(i), pid=m._procs.pid(i), rank=h.rank(i),
+                     spans=sorted(h.spans(i)), mpi_spans=sorted(h.mpi_spans(i)),
+                     totals=h.totals(i), windows=own_w, instances=instances,
+                     threads=sorted(h.threads(i)), thread_totals=h.thread_totals(i),
+                     thread_windows=theirs_w,
                      thread_instances=thread_instances)
 
 
@@ -389,7 +386,7 @@ def _load(m: EfficiencyModel, state: EfficiencyState) -> array[int]:
         hp = restore_process(m._host, h.host, h.pid, h.rank, h.spans, h.mpi_spans, h.threads,
                              h.totals, h.thread_totals)
         for col, rows in ((0, h.windows), (HOST_WIDTH, h.thread_windows)):
-            m._host.windows.load(hp.id, col, rows.keys, rows.values)
+            m._host.windows.load(hp, col, rows.keys, rows.values)
         at: list[np.ndarray] = []  # both halves at once: a process's rows are loaded once
         halves: list[np.ndarray] = []
         for col, named in ((0, h.instances), (HOST_WIDTH, h.thread_instances)):
@@ -401,7 +398,7 @@ def _load(m: EfficiencyModel, state: EfficiencyState) -> array[int]:
                 at.append(ids[np.asarray(rows.keys, np.int64)])
                 halves.append(half)
         if at:
-            m._host.instances.load(hp.id, np.concatenate(at), np.concatenate(halves))
+            m._host.instances.load(hp, np.concatenate(at), np.concatenate(halves))
     return touched
 
 
@@ -433,12 +430,11 @@ def absorb(m: EfficiencyModel, state: EfficiencyState, windows: Iterable[int],
         raise ValueError("cannot absorb an efficiency state of other settings")
     procs = {(p.host, p.pid) for p in state.processes} | {(h.host, h.pid) for h in state.hosts}
     shared = next((f"{h}:{p}" for h, p in procs
-                   if (h, p) in m._process_ids or (h, p) in m._host.processes
-                   or (h, p) in m._nvtx), None)
+                   if m._has_phases((h, p)) or m._host.has(h, p) or (h, p) in m._nvtx), None)
     shared = shared or next((f"{d.host} GPU {d.device}" for d in state.devices
                              if m._devices.find(d.host, d.device) is not None), None)
     shared = shared or next((f"{h}:{p} NVTX ranges" for h, p, _, _ in state.nvtx
-                             if (h, p) in m._nvtx or (h, p) in m._process_ids), None)
+                             if (h, p) in m._nvtx or m._has_phases((h, p))), None)
     if shared is not None:
         raise ValueError(f"cannot absorb a state sharing {shared} with the model")
     tables = merge_tables(m._tables.export(), state.tables)

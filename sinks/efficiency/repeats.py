@@ -13,8 +13,8 @@ it). Reports count in the order fed.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from prvstream.sinks.arrays import distinct, unique_inverse
 from prvstream.sinks.base import TableDetail
 from prvstream.sinks.efficiency.host import outside
 from prvstream.sinks.efficiency.parts import Device, Report
+from prvstream.sinks.efficiency.processes import ProcessTable
+from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.logger import get_logger
 
 __all__ = [
@@ -29,17 +31,46 @@ __all__ = [
     "close_streams",
     "held_rows",
     "load_nvtx",
-    "nvtx_pairs",
     "outside_earlier",
     "repeated",
     "stream_spans",
 ]
 
-#: (host, pid) -> the (first, last) NVTX range starts of each report fed so far, flattened
-#: pairs (one per report) of int64 as bytes (one object a process, not an array and its data)
-NvtxSpans: TypeAlias = "dict[tuple[str, int], bytes]"
-
 log = get_logger(__name__)
+
+
+class NvtxSpans:
+    """By process of the model's ``ProcessTable``: the (first, last) NVTX range starts of each
+    report fed so far, flattened pairs (one per report) in one ``Ragged`` by process id (no
+    object or dict entry a process)."""
+
+    def __init__(self, table: ProcessTable) -> None:
+        self.table = table
+        self._log = Ragged()
+
+    def get(self, key: tuple[str, int]) -> array[int] | None:
+        """A process's pairs (a copy), or None when it has none."""
+        i = self.table.find(key[0], key[1])
+        if i is None or i >= len(self._log) or not self._log.size(i):
+            return None
+        return self._log.get(i)
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        i = self.table.find(key[0], key[1])
+        return i is not None and i < len(self._log) and self._log.size(i) > 0
+
+    def add(self, key: tuple[str, int], pairs: Sequence[int]) -> None:
+        """Append flattened (first, last) pairs to the process's."""
+        i = self.table.add(key[0], key[1])
+        while len(self._log) <= i:
+            self._log.add_owner()
+        self._log.extend(i, pairs)
+
+    def items(self) -> Iterator[tuple[tuple[str, int], array[int]]]:
+        """((host, pid), pairs) of each process with some, by process id."""
+        for i in range(len(self._log)):
+            if self._log.size(i):
+                yield self.table.key(i), self._log.get(i)
 
 
 def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: np.ndarray,
@@ -184,12 +215,7 @@ def close_streams(devices: Sequence[Device], nvtx: NvtxSpans, rep: Report) -> No
     for (gid, pid, st), (lo, hi) in rep.streams.items():
         devices[gid].add_streams((pid, st, lo, hi))
     for key, (lo, hi) in rep.nvtx.items():
-        nvtx[key] = nvtx.get(key, b"") + array("q", (lo, hi)).tobytes()
-
-
-def nvtx_pairs(spans: bytes | None) -> Sequence[int]:
-    """A process's NVTX spans (``NvtxSpans``) as flattened (first, last) ints (no copy)."""
-    return memoryview(spans or b"").cast("q")
+        nvtx.add(key, (lo, hi))
 
 
 def load_nvtx(nvtx: NvtxSpans, records: Iterable[Sequence[Any]]) -> None:
@@ -198,7 +224,7 @@ def load_nvtx(nvtx: NvtxSpans, records: Iterable[Sequence[Any]]) -> None:
     for host, pid, a, b in records:
         added.setdefault((host, pid), array("q")).extend((a, b))
     for key, more in added.items():
-        nvtx[key] = nvtx.get(key, b"") + more.tobytes()
+        nvtx.add(key, more)
 
 
 def outside_earlier(dev: Device, rep: Report, gid: int, g0: np.ndarray, g1: np.ndarray

@@ -24,6 +24,7 @@ from prvstream.sinks.efficiency.parts import (
     Name,
     note_lines,
 )
+from prvstream.sinks.efficiency.processes import ProcessTable
 from prvstream.sinks.efficiency.sharedrows import SharedRows
 from prvstream.sinks.efficiency.tables import Tables
 from prvstream.sinks.logger import get_logger
@@ -59,7 +60,7 @@ class RecordViews:
     _ranked: Callable[[], array[int]]
     _window_slots: dict[int, int]
     _names: list[Name]
-    _processes: list[tuple[str, int]]
+    _procs: ProcessTable
     _has: list[bytes | bytearray]
     _i_name: np.ndarray
     _i_occ: np.ndarray
@@ -151,7 +152,7 @@ class RecordViews:
     def _present(self, processes: Iterable[int]) -> list[int]:
         out: list[int] = []
         for p in processes:
-            out += self._devices.of_process(self._processes[p])
+            out += self._devices.of_process(self._procs.key(p))
         return out
 
     def _phase(self, i: int) -> EncodedRecord:
@@ -167,18 +168,17 @@ class RecordViews:
 
     def _occurrences(self, procs: Iterable[int], name: str,
                      pick: Callable[[int], Iterable[tuple[int, int]]],
-                     ) -> Iterator[tuple[tuple[str, int], int, int, int]]:
-        """((host, pid), start, end, instance id) of each process's occurrences ``pick`` names
+                     ) -> Iterator[tuple[int, int, int, int]]:
+        """(process id, start, end, instance id) of each process's occurrences ``pick`` names
         as (occurrence, instance id), given how many occurrences of ``name`` the process has
         (each read alone: no copy of a process's spans a record)."""
         for p in procs:
-            proc = self._processes[p]
             count = self._occ_count(p, name)
             if count < 0:
                 continue
             for occ, inst in pick(count):
                 if occ < count:
-                    yield (proc, *self._occ_span(p, name, occ), inst)
+                    yield (p, *self._occ_span(p, name, occ), inst)
 
     def _phase_total(self, nid: int) -> EncodedRecord:
         nm = self._names[nid]

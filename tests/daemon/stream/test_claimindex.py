@@ -10,15 +10,17 @@ from prvstream.daemon.stream.claimindex import ClaimIndex
 from prvstream.daemon.stream.claims import Claim
 from tests.traced import held_by
 
-_threads = st.tuples(st.sampled_from(["a", "b", "nodé"]), st.integers(1, 4), st.integers(1, 3))
+#: pids and tids small, and beyond a thread code's 24 bits (kept apart, by thread)
+_ids = st.integers(1, 4) | st.sampled_from([2**24, 2**40, -1])
+_threads = st.tuples(st.sampled_from(["a", "b", "nodé"]), _ids, st.integers(1, 3) | _ids)
 _report = st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "nodé"]),
                     st.sampled_from(["r1", "r2", "ré", "r\udcff"]),
                     st.lists(st.tuples(_threads, st.integers(0, 100), st.integers(0, 100)),
                              max_size=4))
 
-#: a packed claim: seven int64 and a share of its report's key (the dict of lists of
+#: a packed claim: 28 bytes in four columns and a share of its report's key (the dict of lists of
 #: (sort key, claim) tuples it replaced held ~290 B a claim)
-PACKED_PER_CLAIM = 96
+PACKED_PER_CLAIM = 64
 
 
 def _claims(spec: list[tuple[tuple[str, int, int], int, int]]) -> list[Claim]:

@@ -91,7 +91,7 @@ class LiveTrace:
             state.header_capacity = settings.header_capacity
         if not state.skew_allowance_ns:
             state.skew_allowance_ns = int(settings.skew_allowance * _NS)
-        self._published = Published(Numbering(state.numbering))
+        self._published = Published(Numbering(state.numbering), journal.path.parent)
         self._pcf_written = b""
         self.numbering = Numbering(state.numbering)
         #: the committed blocks' codes and report metas (finalize reads no export)

@@ -1,15 +1,23 @@
 """What a live trace publishes besides its blocks (header task list, ``.row``, ``.pcf``), kept
 formatted between commits: a commit formats only the objects and labels it added, so its cost
-does not grow with the tasks already in the trace.
+does not grow with the tasks already in the trace. The ``.row``'s task and thread lines are
+kept in memory up to a bound, then in an unlinked file beside the journal (issue 11: memory
+flat in the number of reports).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+import weakref
 from array import array
+from pathlib import Path
 
 from prvstream.daemon.stream.numbering import Numbering
 from prvstream.daemon.stream.trace import event_types
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.narrowcols import extended, set_item
 from prvstream.sinks.paraver import format as pv
 
 __all__ = ["Published"]
@@ -18,6 +26,87 @@ log = get_logger(__name__)
 
 #: distinct header entries (``threads:node``) kept to be shared by the tasks that have them
 _HEADER_KEPT = 4096
+#: bytes of ``.row`` lines a buffer keeps in memory before it moves them to its file
+SPILL_AT = 16 * 1024
+
+
+class SpillBuffer:
+    """Bytes that grow at the end (and now and then in the middle): in memory up to
+    ``spill_at`` bytes, then in an unlinked temporary file in ``folder`` (none: always in
+    memory). Reading them back copies them, as the in-memory buffer's join did. The file
+    has no name from its start and its descriptor is closed with the buffer."""
+
+    __slots__ = ("__weakref__", "_close", "_fd", "_folder", "_mem", "_size", "_spill_at")
+
+    def __init__(self, folder: Path | None, spill_at: int | None = None) -> None:
+        self._folder = folder
+        self._spill_at = SPILL_AT if spill_at is None else spill_at
+        self._mem = bytearray()
+        self._fd = -1
+        self._close: weakref.finalize[[int], SpillBuffer] | None = None
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def insert(self, at: int, data: bytes) -> None:
+        """``data`` placed at byte ``at`` (the end: an append), what followed moved behind."""
+        if not data:
+            return
+        if self._fd < 0:
+            self._mem[at:at] = data
+            self._size = len(self._mem)
+            if self._size > self._spill_at and self._folder is not None:
+                self._spill()
+            return
+        fd = self._fd
+        if at < self._size:  # behind an old task's lines: what follows is written again
+            data += _pread_all(fd, self._size - at, at)
+        _pwrite_all(fd, data, at)
+        self._size = at + len(data)
+
+    def _spill(self) -> None:
+        fd, name = tempfile.mkstemp(dir=self._folder, prefix=".prvstream-row-")
+        self._close = weakref.finalize(self, os.close, fd)
+        self._fd = fd
+        with contextlib.suppress(FileNotFoundError):  # a cleaner of the folder came first
+            os.unlink(name)
+        _pwrite_all(fd, bytes(self._mem), 0)
+        self._mem = bytearray()
+        log.debug("row_lines_spilled", bytes=self._size)
+
+    def value(self) -> bytes | bytearray:
+        """Every byte, in order (the in-memory buffer itself while not spilled)."""
+        if self._fd < 0:
+            return self._mem
+        return _pread_all(self._fd, self._size, 0)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+            self._close, self._fd = None, -1
+        self._mem = bytearray()
+        self._size = 0
+
+
+def _pread_all(fd: int, size: int, at: int) -> bytes:
+    parts = []
+    while size > 0:
+        got = os.pread(fd, size, at)
+        if not got:
+            raise OSError(f"the .row lines' file ended {size} bytes early")
+        parts.append(got)
+        size -= len(got)
+        at += len(got)
+    return b"".join(parts)
+
+
+def _pwrite_all(fd: int, data: bytes, at: int) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, at)
+        view = view[done:]
+        at += done
 
 
 class Published:
@@ -25,7 +114,12 @@ class Published:
     what ``pv.header_line``, ``trace_metadata`` write for it. The numbering only grows (live
     ids); ``reset`` after it is replaced."""
 
-    def __init__(self, numbering: Numbering) -> None:
+    def __init__(self, numbering: Numbering, folder: Path | None = None) -> None:
+        """``folder``: where the ``.row`` lines go once they pass ``SPILL_AT`` bytes (none:
+        they stay in memory)."""
+        self._folder = folder
+        self._task_rows = SpillBuffer(None)
+        self._rows = SpillBuffer(None)
         self.reset(numbering)
 
     def reset(self, numbering: Numbering) -> None:
@@ -33,14 +127,16 @@ class Published:
         self._nodes: list[str] = []
         self._node_ids: dict[str, int] = {}
         #: every task's .row line (its label), newline-ended and encoded, in task order
-        self._task_rows = bytearray()
+        self._task_rows.close()
+        self._task_rows = SpillBuffer(self._folder)
         self._header_tasks: list[str] = []
         self._header_kept: dict[str, str] = {}
         #: every thread's .row line, newline-ended and encoded, in task then thread order (one
         #: buffer: no string a task); where each task's lines end in it, and how many it has
-        self._rows = bytearray()
-        self._ends = array("q")
-        self._counts = array("q")
+        self._rows.close()
+        self._rows = SpillBuffer(self._folder)
+        self._ends = array("i")
+        self._counts = array("i")
         self._pcf_key: tuple[tuple[str, int], ...] | None = None
         self._pcf = b""
 
@@ -62,16 +158,16 @@ class Published:
             self._nodes.append(pv.sanitize_label(host))
         tasks = nb.tasks  # columns: no entry is made a task
         for i in range(len(self._ends), len(tasks)):
-            self._task_rows += (pv.sanitize_once(tasks.label(i)) + "\n").encode()
-            self._ends.append(len(self._rows))
+            self._task_rows.insert(len(self._task_rows),
+                                   (pv.sanitize_once(tasks.label(i)) + "\n").encode())
+            self._ends = extended(self._ends, (len(self._rows),))
             self._counts.append(0)
             self._header_tasks.append(self._shared(pv.header_task(0,
                                                                   self._node_ids[tasks.host(i)])))
-        ends = self._ends
         shift = 0  # bytes inserted before the task at hand: its end moves by them
         for i in range(len(tasks)):
             if shift:
-                ends[i] += shift
+                self._ends = set_item(self._ends, i, self._ends[i] + shift)
             count = self._counts[i]
             if count == tasks.thread_count(i):
                 continue
@@ -79,11 +175,12 @@ class Published:
             lines = "".join(pv.row_line(i + 1, thread, key, host) + "\n"
                             for thread, key in enumerate(tasks.keys(i, count), count + 1)
                             ).encode()
-            end = ends[i]
-            self._rows[end:end] = lines  # behind the task's lines: an append but for old tasks
-            ends[i] = end + len(lines)
+            end = self._ends[i]
+            self._rows.insert(end, lines)  # behind the task's lines: an append but old tasks'
+            self._ends = set_item(self._ends, i, end + len(lines))
             shift += len(lines)
-            self._counts[i] = count = tasks.thread_count(i)
+            count = tasks.thread_count(i)
+            self._counts = set_item(self._counts, i, count)
             self._header_tasks[i] = self._shared(pv.header_task(count, self._node_ids[host]))
 
     def header(self, end_time: int, origin_wall_ns: int, capacity: int) -> bytes:
@@ -94,8 +191,8 @@ class Published:
 
     def row(self) -> bytes:
         self._catch_up()
-        return pv.row_from_lines(self._nodes, len(self._ends), self._task_rows,
-                                 sum(self._counts), self._rows)
+        return pv.row_from_lines(self._nodes, len(self._ends), self._task_rows.value(),
+                                 sum(self._counts), self._rows.value())
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

@@ -3,10 +3,15 @@ gives when formatted from scratch, however it grew between commits."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.daemon.live.published import Published
+from prvstream.daemon.live import published as published_module
+from prvstream.daemon.live.published import Published, SpillBuffer
 from prvstream.daemon.stream.numbering import Numbering, cpu_key, gpu_key, state_json
 from prvstream.daemon.stream.trace import trace_metadata
 from prvstream.sinks.paraver import format as pv
@@ -19,10 +24,19 @@ _step = st.tuples(st.sampled_from(["n1", "n2", "node\u2028three"]),
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(_step, max_size=6), min_size=1, max_size=6))
-def test_published_equals_formatting_from_scratch(commits: list[list[tuple]]) -> None:
+@given(st.lists(st.lists(_step, max_size=6), min_size=1, max_size=6), st.booleans())
+def test_published_equals_formatting_from_scratch(commits: list[list[tuple]],
+                                                  spilled: bool) -> None:
+    with tempfile.TemporaryDirectory() as folder, \
+            mock.patch.object(published_module, "SPILL_AT", 40):
+        _published_equals_formatting_from_scratch(commits, Path(folder) if spilled else None)
+        assert not list(Path(folder).iterdir())  # the lines' files are never named
+
+
+def _published_equals_formatting_from_scratch(commits: list[list[tuple]],
+                                              folder: Path | None) -> None:
     numbering = Numbering()
-    published = Published(numbering)
+    published = Published(numbering, folder)
     for commit in commits:
         for host, pid, tid, group, label in commit:
             task = numbering.task(host, pid, f"proc{pid}")
@@ -61,3 +75,20 @@ def test_numbering_undo_forgets_exactly_what_came_after_the_mark(
     add(numbering, after)  # ids handed out again as a fresh copy would
     add(fresh, after)
     assert state_json(numbering.state) == state_json(fresh.state)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 24), st.lists(st.tuples(st.integers(0, 1000), st.binary(max_size=9)),
+                                    max_size=12))
+def test_a_spill_buffer_holds_what_a_bytearray_does(spill_at: int,
+                                                    inserts: list[tuple[int, bytes]]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        buffer, plain = SpillBuffer(Path(folder), spill_at), bytearray()
+        for at, data in inserts:
+            at = at % (len(plain) + 1)
+            buffer.insert(at, data)
+            plain[at:at] = data
+            assert len(buffer) == len(plain)
+            assert bytes(buffer.value()) == plain
+        buffer.close()
+        assert len(buffer) == 0

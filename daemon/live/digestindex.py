@@ -1,6 +1,7 @@
 """16-byte digests mapped to entry indexes, packed: a sorted array of digests and one of their
-indexes, with a small dict of recent ones, about 24 bytes an entry instead of a ``bytes``
-object and a set or dict slot each (issue 11: memory flat in the number of reports)."""
+indexes (int32 until one does not fit), with a small dict of recent ones, about 20 bytes an
+entry instead of a ``bytes`` object and a set or dict slot each (issue 11: memory flat in the
+number of reports)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ log = get_logger(__name__)
 _RECENT = 512
 #: bytes a digest (``np.dtype("S16")`` keeps them whole: every digest is 16 bytes)
 _SIZE = 16
+#: the largest index the int32 column holds
+_I32_MAX = 2**31 - 1
 
 
 class DigestIndex:
@@ -25,7 +28,7 @@ class DigestIndex:
 
     def __init__(self) -> None:
         self._digests = np.empty(0, f"S{_SIZE}")
-        self._indexes = np.empty(0, np.int64)
+        self._indexes: np.ndarray = np.empty(0, np.int32)
         self._recent: dict[bytes, int] = {}
 
     def add(self, digest: bytes, index: int) -> None:
@@ -66,8 +69,12 @@ class DigestIndex:
         if not recent:
             return
         digests = np.concatenate((np.array(list(recent), f"S{_SIZE}"), self._digests))
-        indexes = np.concatenate((np.fromiter(recent.values(), np.int64, len(recent)),
-                                  self._indexes))
+        added = np.fromiter(recent.values(), np.int64, len(recent))
+        narrow = self._indexes.dtype == np.int32 and int(added.max()) <= _I32_MAX \
+            and int(added.min()) >= -_I32_MAX
+        index_type = np.int32 if narrow else np.int64
+        indexes = np.concatenate((added.astype(index_type),
+                                  self._indexes.astype(index_type, copy=False)))
         # stable: a recent digest's index comes first among equal digests and wins
         order = np.argsort(digests, kind="stable")
         digests, indexes = digests[order], indexes[order]

@@ -22,6 +22,7 @@ from prvstream.daemon.stream.ranks import RankedTask
 from prvstream.sinks.errors import JournalCorrupt, StateDirUnusable
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.madesequence import MadeSequence
+from prvstream.sinks.narrowcols import extended
 
 __all__ = ["ReportEntry", "ReportLog", "ThreadTime"]
 
@@ -89,7 +90,8 @@ class ReportLog(MadeSequence[ReportEntry]):
         #: the file holding the written entries ("": none yet) and its valid bytes
         self.name = ""
         self.length = 0
-        self._offsets = array("q")
+        #: where each committed entry starts in the file (32 bits until one does not fit)
+        self._offsets = array("i")
         self._pending: list[ReportEntry] = []
         #: the file ``name`` was written by :meth:`replace_all` and is not yet fsynced
         self._unsynced = False
@@ -138,7 +140,7 @@ class ReportLog(MadeSequence[ReportEntry]):
         """Rewrite every entry through ``change`` into a new file (a rewrite of the trace moved
         the blocks); the journal's next commit adopts it, recovery drops it otherwise."""
         name = f"{self.stem}.entries.{secrets.token_hex(6)}"
-        offsets = array("q")
+        offsets = array("i")
         at = 0
         path = self.folder / name
         try:
@@ -147,7 +149,7 @@ class ReportLog(MadeSequence[ReportEntry]):
                 for entry in self:
                     change(entry)
                     data = _encoder.encode(entry)
-                    offsets.append(at)
+                    offsets = extended(offsets, (at,))
                     fh.write(FRAME.pack(len(data)) + data)
                     at += FRAME.size + len(data)
         except OSError as exc:
@@ -167,7 +169,7 @@ class ReportLog(MadeSequence[ReportEntry]):
             self.name = f"{self.stem}.entries.{secrets.token_hex(6)}"
         path = self._path()
         payloads = [_encoder.encode(entry) for entry in self._pending]
-        offsets = array("q")
+        offsets: list[int] = []
         at = self.length
         for data in payloads:
             offsets.append(at)
@@ -176,7 +178,7 @@ class ReportLog(MadeSequence[ReportEntry]):
             at = append_frames(path, self.length, payloads)
         except OSError as exc:
             raise _unusable(path, exc) from exc
-        self._offsets.extend(offsets)
+        self._offsets = extended(self._offsets, offsets)
         self._pending = []
         self.length = at
         self._unsynced = False
@@ -193,7 +195,7 @@ class ReportLog(MadeSequence[ReportEntry]):
         only: bytes beyond them (a commit that never happened) are cut off by the next
         :meth:`write`, files the journal does not name dropped by :meth:`drop_others`."""
         self.name, self.length = name, length
-        self._offsets = array("q")
+        self._offsets = array("i")
         self._pending = []
         self._unsynced = False
         self._identities = DigestIndex()
@@ -211,7 +213,7 @@ class ReportLog(MadeSequence[ReportEntry]):
             raise self._corrupt(f"its entry file holds {size} of {length} committed bytes")
         for at, entry in self._frames():
             self._index(entry, len(self._offsets))
-            self._offsets.append(at)
+            self._offsets = extended(self._offsets, (at,))
         if len(self._offsets) != count:
             raise self._corrupt(f"{len(self._offsets)} entries for {count} committed reports")
 

@@ -16,15 +16,16 @@ _op = st.one_of(_digest, st.tuples(st.none(), st.integers(0, 40)))
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(_op, max_size=60), st.integers(1, 4))
+@given(st.lists(_op, max_size=60), st.integers(1, 4), st.sampled_from([0, 2**31 - 3]))
 # a digest added again after a merge, then its last add dropped: the older index is gone too
-@example([bytes(16), bytes(15) + b"\x07", bytes(16), (None, 1)], 2)
-def test_digest_index_equals_a_dict(ops: list[object], recent: int) -> None:
+@example([bytes(16), bytes(15) + b"\x07", bytes(16), (None, 1)], 2, 0)
+def test_digest_index_equals_a_dict(ops: list[object], recent: int, base: int) -> None:
+    """``base``: indexes from 0, or crossing int32's limit (the column widens)."""
     old = digestindex._RECENT
     digestindex._RECENT = recent  # merge into the arrays often
     try:
         index, want = DigestIndex(), dict[bytes, int]()
-        count = 0
+        count = base
         for op in ops:
             if isinstance(op, bytes):
                 index.add(op, count)
@@ -32,7 +33,7 @@ def test_digest_index_equals_a_dict(ops: list[object], recent: int) -> None:
                 count += 1
             else:
                 assert isinstance(op, tuple)
-                count = min(count, op[1])
+                count = min(count, base + op[1])
                 index.drop_from(count)
                 want = {d: i for d, i in want.items() if i < count}
             for d in {bytes([i]) * 15 + bytes([j]) for i in (0, 1, 255) for j in (0, 7)}:

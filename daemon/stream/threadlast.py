@@ -1,6 +1,7 @@
-"""The last time written per (task, thread) of a live trace, packed: two sorted int64 arrays
-and a small dict of recent changes, about 16 bytes a thread instead of a dict entry keyed by
-a tuple (issue 11: memory flat in the number of reports)."""
+"""The last time written per (task, thread) of a live trace, packed: the tasks sorted with
+where their threads start, each thread's number as narrow as the numbers need and its time,
+and a small dict of recent changes, about 9 bytes a thread and 8 a task instead of a dict
+entry keyed by a tuple (issue 11: memory flat in the number of reports)."""
 
 from __future__ import annotations
 
@@ -27,21 +28,47 @@ def _code(key: tuple[int, int]) -> int:
     return task << 32 | thread
 
 
-class ThreadLast:
-    """A mapping (task, thread) -> last time, with the part of ``dict`` the live trace uses."""
+def _narrowest(top: int) -> type[np.unsignedinteger]:
+    """The narrowest unsigned type holding 0 … ``top``."""
+    for kind in (np.uint8, np.uint16):
+        if top <= np.iinfo(kind).max:
+            return kind
+    return np.uint32
 
-    __slots__ = ("_codes", "_recent", "_times")
+
+class ThreadLast:
+    """A mapping (task, thread) -> last time, with the part of ``dict`` the live trace uses.
+
+    Packed: ``_tasks`` (sorted, int32) and ``_starts`` (where each task's threads begin in
+    ``_threads`` and ``_times``; one more at the end), each task's threads sorted."""
+
+    __slots__ = ("_recent", "_starts", "_tasks", "_threads", "_times")
 
     def __init__(self, items: Iterable[tuple[tuple[int, int], int]] = ()) -> None:
-        self._codes = np.empty(0, np.int64)
+        self._tasks = np.empty(0, np.int32)
+        self._starts = np.zeros(1, np.int64)
+        self._threads: np.ndarray = np.empty(0, np.uint8)
         self._times = np.empty(0, np.int64)
         self._recent: dict[int, int] = {}
         for key, t in items:
             self.raise_to(key, t)
 
     def _packed(self, code: int) -> int:
-        i = int(np.searchsorted(self._codes, code))
-        return i if i < len(self._codes) and int(self._codes[i]) == code else -1
+        task, thread = code >> 32, code & 0xFFFFFFFF
+        tasks = self._tasks
+        k = int(np.searchsorted(tasks, task))
+        if k == len(tasks) or int(tasks[k]) != task:
+            return -1
+        lo, hi = int(self._starts[k]), int(self._starts[k + 1])
+        if hi - lo == 1:
+            return lo if int(self._threads[lo]) == thread else -1
+        i = lo + int(np.searchsorted(self._threads[lo:hi], thread))
+        return i if i < hi and int(self._threads[i]) == thread else -1
+
+    def _codes(self) -> np.ndarray:
+        """Every packed key as its int64 code, in order."""
+        tasks = np.repeat(self._tasks.astype(np.int64), np.diff(self._starts))
+        return tasks << 32 | self._threads.astype(np.int64)
 
     def get(self, key: tuple[int, int], default: int = -1) -> int:
         code = _code(key)
@@ -66,19 +93,27 @@ class ThreadLast:
             return
         codes = np.fromiter(self._recent.keys(), np.int64, len(self._recent))
         times = np.fromiter(self._recent.values(), np.int64, len(self._recent))
-        all_codes = np.concatenate((codes, self._codes))
+        all_codes = np.concatenate((codes, self._codes()))
         # the recent value wins: a stable sort keeps it before the packed one of its code
         order = np.argsort(all_codes, kind="stable")
         all_codes = all_codes[order]
         first = np.ones(len(all_codes), bool)
         first[1:] = all_codes[1:] != all_codes[:-1]
-        self._codes = all_codes[first]
+        all_codes = all_codes[first]
         self._times = np.concatenate((times, self._times))[order][first]
+        tasks = all_codes >> 32
+        new_task = np.flatnonzero(tasks[1:] != tasks[:-1]) + 1
+        heads = np.concatenate(([0], new_task)) if len(tasks) else new_task
+        self._tasks = tasks[heads].astype(np.int32)
+        self._starts = np.append(heads, len(tasks)).astype(
+            np.int32 if len(tasks) <= np.iinfo(np.int32).max else np.int64)
+        threads = all_codes & 0xFFFFFFFF
+        self._threads = threads.astype(_narrowest(int(threads.max()) if len(threads) else 0))
         self._recent = {}
 
     def __len__(self) -> int:
         self._merge()
-        return len(self._codes)
+        return len(self._times)
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, tuple):
@@ -88,7 +123,7 @@ class ThreadLast:
 
     def items(self) -> Iterator[tuple[tuple[int, int], int]]:
         self._merge()
-        for c, t in zip(self._codes.tolist(), self._times.tolist(), strict=True):
+        for c, t in zip(self._codes().tolist(), self._times.tolist(), strict=True):
             yield (c >> 32, c & 0xFFFFFFFF), t
 
     def as_dict(self) -> dict[tuple[int, int], int]:

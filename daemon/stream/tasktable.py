@@ -47,9 +47,10 @@ class TaskTable(MadeSequence["TaskEntry"]):
     not the last is appended after moving its run to the end (the old run is left unused: in a
     live trace threads come with their task's first report, in a canonical one in order).
 
-    The thread columns and the runs are as narrow as what they hold (a key's kind a byte, its
-    two ids, the runs and where names end 32 bits), widened to int64 when a value needs it: a
-    watched job adds a task and a few threads with every report (issue 11).
+    The columns are as narrow as what they hold, widened (``narrowcols``) when a value needs
+    it: a key's kind and second id, a task's label index and thread count start at 8 bits, a
+    key's first id and a task's host at 16, the runs and where names end at 32. A watched job
+    adds a task and a few threads with every report (issue 11).
     """
 
     __slots__ = ("_a", "_b", "_host", "_host_ids", "_hosts", "_kind", "_label_of", "_labels",
@@ -58,18 +59,18 @@ class TaskTable(MadeSequence["TaskEntry"]):
     def __init__(self, entries: Iterable[TaskEntry] = ()) -> None:
         self._hosts: list[str] = []
         self._host_ids: dict[str, int] = {}
-        self._host = array("i")
+        self._host = array("h")
         self._pid = array("q")
         self._rank = array("q")
         #: index into ``_labels`` or ``_DERIVED``
         self._labels: list[str] = []
-        self._label_of = array("i")
+        self._label_of = array("b")
         self._tstart = array("i")
-        self._tcount = array("i")
+        self._tcount = array("b")
         #: thread columns: the key's three ints, where its name ends in ``_names``
         self._kind = array("b")
-        self._a = array("i")
-        self._b = array("i")
+        self._a = array("h")
+        self._b = array("b")
         self._name_end = array("i")
         self._names = bytearray()
         for entry in entries:
@@ -136,14 +137,14 @@ class TaskTable(MadeSequence["TaskEntry"]):
         if host is None:
             host = self._host_ids[entry.host] = len(self._hosts)
             self._hosts.append(sys.intern(entry.host))
-        self._host.append(host)
+        self._host = extended(self._host, (host,))
         self._pid.append(entry.pid)
         rank = _NO_RANK if entry.rank is None else entry.rank
         self._rank.append(rank)
         if entry.rank is not None and entry.name == derived_label(entry.host, entry.pid, rank):
             self._label_of.append(_DERIVED)
         else:
-            self._label_of.append(len(self._labels))
+            self._label_of = extended(self._label_of, (len(self._labels),))
             self._labels.append(entry.name)
         self._tstart = extended(self._tstart, (len(self._kind),))
         self._tcount.append(0)

@@ -30,7 +30,27 @@ def test_appending_keeps_every_value_and_widens_only_when_needed(
         fits = False
     col = extended(array(typecode, start), values)
     assert list(col) == start + values
-    assert col.typecode == (typecode if fits else "q")
+    want = typecode if fits else next(c for c in "bhiq"[("bhiq".index(typecode)):]
+                                      if _holds(c, values))
+    assert col.typecode == want
+
+
+def _holds(typecode: str, values: list[int]) -> bool:
+    try:
+        array(typecode, values)
+    except OverflowError:
+        return False
+    return True
+
+
+@given(st.sampled_from("bhiq"), st.lists(st.integers(-100, 100), min_size=1, max_size=5),
+       _INT64)
+def test_setting_widens_to_the_narrowest_column_that_holds_the_value(
+        typecode: str, start: list[int], value: int) -> None:
+    col = set_item(array(typecode, start), 0, value)
+    assert list(col) == [value, *start[1:]]
+    assert col.typecode == next(c for c in "bhiq"[("bhiq".index(typecode)):]
+                                if _holds(c, [value]))
 
 
 def test_what_int64_cannot_hold_fails_as_array_does() -> None:

@@ -36,3 +36,18 @@ def test_columns_read_back_whatever_they_hold(adds: list[tuple[int, list[ThreadK
     assert list(table) == expected
     table.keep_threads(0, 1)
     assert table.keys(0) == expected[0].thread_keys[:1]
+
+
+def test_a_task_column_past_8_bits_widens() -> None:
+    """Labels, hosts and thread counts past what a byte holds (the columns start at 8 bits)."""
+    table = TaskTable()
+    entries = [TaskEntry(host=f"h{i}", pid=i, name=f"task {i}", rank=None,
+                         thread_keys=[(0, 70_000 + j, j) for j in range(i % 3)],
+                         thread_names=[f"t{j}" for j in range(i % 3)]) for i in range(300)]
+    table.extend(entries)
+    many = [(1, 5, s) for s in range(200)]
+    table.add_threads(7, many, [f"s{s}" for s in range(200)])
+    entries[7].thread_keys += many
+    entries[7].thread_names += [f"s{s}" for s in range(200)]
+    assert list(table) == entries
+    assert table.thread_count(7) == 1 + 200

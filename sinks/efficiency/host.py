@@ -51,8 +51,6 @@ HOST_WIDTH = 2
 _SUMS = 2 * HOST_WIDTH
 #: ``HostTotals.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
 SPAN, MPI_SPAN = -1, -2
-#: ``HostTotals.log`` lengths searched in Python (a process of a few reports and threads)
-_SMALL = _SUMS + 3 * 32
 #: a new process's sums
 _ZERO_SUMS = (0,) * _SUMS
 #: the rank column's value of a process without one
@@ -163,11 +161,8 @@ class HostTotals:
 
     def log(self, i: int) -> array[int]:
         """ns in the CUDA runtime and in MPI (``HOST_WIDTH``) of process ``i`` as a process,
-        then summed over its threads; then (tag, start, end) records in the order added: the
-        wall-clock spans of its reports that have calls of it (tag ``SPAN``; only those
-        count), of those with MPI calls (``MPI_SPAN``: MPI metrics are computed where any
-        process has such a span), and of each span a host thread is captured over (tag: its
-        OS tid; the reports that give it states). A copy."""
+        then summed over its threads; then its (tag, start, end) records (``records``), a
+        group a span: start, end, the number of tags, the tags. A copy."""
         return self.logs.get(i)
 
     def spans(self, i: int) -> Spans:
@@ -187,34 +182,51 @@ class HostTotals:
         return self.log(i)[HOST_WIDTH:_SUMS].tolist()
 
     def _tagged(self, i: int, tag: int) -> Spans:
+        """The spans of process ``i``'s records of ``tag``, in the order added."""
         t = self.log(i)
-        if len(t) <= _SMALL:  # a few records: a Python pass costs less than numpy's calls
-            return [(t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] == tag]
-        recs = np.array(t[_SUMS:], np.int64).reshape(-1, 3)
-        mine = recs[recs[:, 0] == tag]
-        return list(zip(mine[:, 1].tolist(), mine[:, 2].tolist(), strict=True))
+        out: Spans = []
+        j, n = _SUMS, len(t)
+        while j < n:
+            k = t[j + 2]
+            if tag in t[j + 3:j + 3 + k]:
+                out.append((t[j], t[j + 1]))
+            j += 3 + k
+        return out
 
-    def add_span(self, i: int, tag: int, span: tuple[int, int]) -> None:
-        """Record a span of process ``i`` (``SPAN``, ``MPI_SPAN``) or of a thread (its tid)."""
-        self.logs.extend(i, (tag, *span))
+    def add_spans(self, i: int, span: tuple[int, int], tags: Sequence[int]) -> None:
+        """Record ``span`` of process ``i`` under each of ``tags``: ``SPAN``, ``MPI_SPAN`` or
+        a thread's tid (one group of the log)."""
+        if tags:
+            self.logs.extend(i, (*span, len(tags), *tags))
+
+    def records(self, i: int) -> Iterator[tuple[int, int, int]]:
+        """(tag, start, end) of process ``i``'s records, in the order added: the wall-clock
+        spans of its reports that have calls of it (tag ``SPAN``; only those count), of those
+        with MPI calls (``MPI_SPAN``: MPI metrics are computed where any process has such a
+        span), and of each span a host thread is captured over (tag: its OS tid; the reports
+        that give it states)."""
+        t = self.log(i).tolist()
+        j, n = _SUMS, len(t)
+        while j < n:
+            s, e, k = t[j], t[j + 1], t[j + 2]
+            for tag in t[j + 3:j + 3 + k]:
+                yield tag, s, e
+            j += 3 + k
 
     def threads(self, i: int) -> list[tuple[int, int, int]]:
         """(tid, start, end) of each span a host thread of process ``i`` is captured over."""
-        t = self.log(i).tolist()
-        return [(t[j], t[j + 1], t[j + 2]) for j in range(_SUMS, len(t), 3) if t[j] >= 0]
+        return [(tag, s, e) for tag, s, e in self.records(i) if tag >= 0]
 
     def captured(self, i: int) -> tuple[Spans, list[Spans]]:
         """Process ``i``'s spans (``spans``) and each host thread's, threads in the order
         first met, in one pass."""
-        t = self.log(i).tolist()
         own: Spans = []
         each: dict[int, Spans] = {}
-        for j in range(_SUMS, len(t), 3):
-            tag = t[j]
+        for tag, s, e in self.records(i):
             if tag == SPAN:
-                own.append((t[j + 1], t[j + 2]))
+                own.append((s, e))
             elif tag >= 0:
-                each.setdefault(tag, []).append((t[j + 1], t[j + 2]))
+                each.setdefault(tag, []).append((s, e))
         return own, list(each.values())
 
     def begin(self, info: ReportInfo, origin: int, ids: Sequence[int] | None = None) -> None:
@@ -324,15 +336,19 @@ class HostTotals:
         self._settle(rep, final=True)
         if rep.hi > rep.lo:
             span = (rep.lo, rep.hi)
+            tags: dict[int, list[int]] = {i: [] for i in rep.procs}  # a group a process
             for j in sorted(rep.called):
-                if span not in self.spans(rep.procs[j]):
-                    self.add_span(rep.procs[j], SPAN, span)
+                i = rep.procs[j]
+                if SPAN not in tags[i] and span not in self.spans(i):
+                    tags[i].append(SPAN)
             for j in sorted(rep.mpi):
-                if span not in self.mpi_spans(rep.procs[j]):
-                    self.add_span(rep.procs[j], MPI_SPAN, span)
+                i = rep.procs[j]
+                if MPI_SPAN not in tags[i] and span not in self.mpi_spans(i):
+                    tags[i].append(MPI_SPAN)
             for j, i in enumerate(rep.procs):
-                for tid in sorted({*rep.stated[j], *rep.seen.get(j, ())}):
-                    self.add_span(i, tid, span)
+                tags[i] += sorted({*rep.stated[j], *rep.seen.get(j, ())})
+            for i, mine in tags.items():
+                self.add_spans(i, span, mine)
         self._open = None
 
     def metrics(self, window: int | None = None) -> HostParts | None:
@@ -442,9 +458,12 @@ def restore_process(totals: HostTotals, host: str, pid: int, rank: int | None,
     and phase rows added after): its id."""
     i = totals.process(host, pid, rank)
     totals.logs.set_at(i, 0, [*(sums or [0] * HOST_WIDTH), *(thread_sums or [0] * HOST_WIDTH)])
+    groups: dict[tuple[int, int], list[int]] = {}  # a group a span, spans as first met
     for tag, recs in ((SPAN, spans), (MPI_SPAN, mpi_spans)):
         for s in recs:
-            totals.add_span(i, tag, (s[0], s[1]))
+            groups.setdefault((s[0], s[1]), []).append(tag)
     for t in threads:
-        totals.add_span(i, t[0], (t[1], t[2]))
+        groups.setdefault((t[1], t[2]), []).append(t[0])
+    for span, tags in groups.items():
+        totals.add_spans(i, span, tags)
     return i

@@ -1,6 +1,7 @@
 """The host processes' call time per window: one table of every (window, process) pair of a
-model, its rows in one growing int64 array, found by a packed index of the pairs (two sorted
-int64 arrays and a small dict of recent pairs: no dict entry and int object a pair)."""
+model, its rows in one growing int64 array, found by a packed index of the pairs (a sorted
+int64 array, the rows in its order, and a small dict of recent pairs: no dict entry, int
+object or row number a pair)."""
 
 from __future__ import annotations
 
@@ -22,19 +23,20 @@ _HALF = 1 << 31
 
 class HostWindows:
     """Rows of ``width`` int64 by (window index, process id): a process's columns, then its
-    threads' (each view's columns are added to separately)."""
+    threads' (each view's columns are added to separately). The merged pairs' rows lie in
+    the order of their codes (the row of code ``j`` of the index is row ``j``: no row number
+    a pair), the recent pairs' rows after them, in the order added."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         #: the first window added: codes count windows from it
         self._base: int | None = None
-        #: packed pairs: sorted codes and the row of each
+        #: packed pairs merged, sorted: the first rows, in the same order
         self._codes = np.empty(0, np.int64)
-        self._at = np.empty(0, np.int64)
         #: code -> row of the pairs not merged yet
         self._recent: dict[int, int] = {}
-        #: (window, process) -> row of the pairs no code holds (far windows, huge ids)
-        self._wide: dict[tuple[int, int], int] = {}
+        #: (window, process) -> its row, of the pairs no code holds (far windows, huge ids)
+        self._wide: dict[tuple[int, int], list[int]] = {}
         self._rows = np.zeros((0, width), np.int64)
         self._n = 0
 
@@ -46,49 +48,58 @@ class HostWindows:
             return d << _PROC_BITS | proc
         return None
 
-    def _find(self, window: int, proc: int, code: int | None) -> int | None:
-        if code is None:
-            return self._wide.get((window, proc))
+    def _find(self, code: int) -> int | None:
         r = self._recent.get(code)
         if r is None and len(self._codes):
             i = int(np.searchsorted(self._codes, code))
             if i < len(self._codes) and int(self._codes[i]) == code:
-                r = int(self._at[i])
+                r = i
         return r
 
     def add(self, proc: int, col: int, windows: list[int], sums: list[int]) -> None:
         """Add ``sums`` to column ``col`` of process ``proc``'s row of each of ``windows``."""
         for k, total in zip(windows, sums, strict=True):
             code = self._code(k, proc)
-            r = self._find(k, proc, code)
-            if r is None:
-                r = self._n
-                if code is None:
-                    self._wide[(k, proc)] = r
-                else:
-                    self._recent[code] = r
-                    if len(self._recent) >= _RECENT:
-                        self._merge()
-                self._n += 1
-                self._rows = grow(self._rows, self._n, first=16)
+            if code is None:
+                row = self._wide.get((k, proc))
+                if row is None:
+                    row = self._wide[(k, proc)] = [0] * self.width
+                row[col] += total
+                continue
+            r = self._find(code)
+            if r is not None:
+                self._rows[r, col] += total
+                continue
+            r = self._n
+            self._recent[code] = r
+            self._n += 1
+            self._rows = grow(self._rows, self._n, first=16)
             self._rows[r, col] += total
+            if len(self._recent) >= _RECENT:
+                self._merge()
 
     def _merge(self) -> None:
+        """Merge the recent pairs into the index, their rows into the code order."""
         if not self._recent:
             return
-        codes = np.concatenate((self._codes, np.fromiter(self._recent.keys(), np.int64,
-                                                         len(self._recent))))
-        at = np.concatenate((self._at, np.fromiter(self._recent.values(), np.int64,
-                                                   len(self._recent))))
+        m, k = len(self._codes), len(self._recent)
+        codes = np.concatenate((self._codes, np.fromiter(self._recent.keys(), np.int64, k)))
+        at = np.concatenate((np.arange(m, dtype=np.int64),
+                             np.fromiter(self._recent.values(), np.int64, k)))
         order = np.argsort(codes, kind="stable")
-        self._codes, self._at = codes[order], at[order]
+        self._codes = codes[order]
+        self._rows[:m + k] = self._rows[at[order]]
         self._recent = {}
 
     def get(self, window: int, proc: int) -> list[int] | None:
         """Process ``proc``'s row of ``window`` (a copy), or None when it has none."""
         if self._base is None:
             return None
-        r = self._find(window, proc, self._code(window, proc))
+        code = self._code(window, proc)
+        if code is None:
+            row = self._wide.get((window, proc))
+            return None if row is None else list(row)
+        r = self._find(code)
         return None if r is None else self._rows[r].tolist()
 
     def by_process(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,9 +111,11 @@ class HostWindows:
                                 np.fromiter((p for _, p in self._wide), np.int64, wide)))
         windows = np.concatenate(((self._codes >> _PROC_BITS) + base,
                                   np.fromiter((k for k, _ in self._wide), np.int64, wide)))
-        at = np.concatenate((self._at, np.fromiter(self._wide.values(), np.int64, wide)))
+        rows = np.concatenate((self._rows[:self._n],
+                               np.array(list(self._wide.values()), np.int64).reshape(
+                                   wide, self.width)))
         order = np.lexsort((windows, procs))
-        return procs[order], windows[order], self._rows[at[order]]
+        return procs[order], windows[order], rows[order]
 
     def load(self, proc: int, col: int, keys: list[int], values: list[int]) -> None:
         """Add restored rows (``width // 2`` columns each, from ``col``) of windows ``keys``."""

@@ -16,7 +16,7 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.madesequence import MadeSequence
 from prvstream.sinks.narrowcols import extended
 
-__all__ = ["Device", "DeviceTable", "PairIndex"]
+__all__ = ["Device", "DeviceTable", "PairIndex", "fits_int32"]
 
 log = get_logger(__name__)
 
@@ -25,6 +25,11 @@ _RECENT = 512
 #: a pair's code: the host id in the high half, the value (offset by ``_HALF``) in the low
 _LOW_BITS = 32
 _HALF = 1 << 31
+
+
+def fits_int32(values: np.ndarray) -> bool:
+    """Whether every one of ``values`` (int64, not empty) fits an int32."""
+    return int(values.min()) >= -_HALF and int(values.max()) < _HALF
 
 
 class PairIndex:
@@ -176,6 +181,10 @@ class DeviceTable(MadeSequence["Device"]):
         """(host, CUDA id) of device ``gid``."""
         return self.hosts[self._host[gid]], self._device[gid]
 
+    def span_log(self, gid: int) -> array[int]:
+        """The [start, end) spans of device ``gid``'s reports, flattened pairs (a copy)."""
+        return self.logs.get(2 * gid)
+
     def first(self, gid: int) -> tuple[int, str]:
         """(start, report id) of device ``gid``'s first report."""
         a = self._id_end[gid - 1] if gid else 0
@@ -204,7 +213,7 @@ class Device(msgspec.Struct, gc=False):
     @property
     def span_log(self) -> array[int]:
         """The [start, end) spans of its reports, flattened pairs (a copy)."""
-        return self.cols.logs.get(2 * self.at)
+        return self.cols.span_log(self.at)
 
     @property
     def spans(self) -> list[tuple[int, int]]:

@@ -80,8 +80,9 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: each device's totals per window slot and per phase instance id, by device id
         self._dev_windows = SharedRows(WIDTH)
         self._dev_instances = SharedRows(WIDTH)
-        #: each device's totals (a row by device id, grown by doubling) and per phase name id
-        self._dev_totals = np.zeros((0, WIDTH), np.int64)
+        #: each device's totals (a row by device id, grown by a quarter; int32 until a sum
+        #: does not fit, ``_add_totals``) and per phase name id
+        self._dev_totals = np.zeros((0, WIDTH), np.int32)
         self._dev_names = SharedRows(WIDTH)
         #: gid -> position in (host, device) order; rebuilt by ``_ranked`` when a device came
         #: in before others (stale), so registering is never a pass over every device

@@ -252,8 +252,7 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
     k_of_slot = np.zeros(len(m._window_slots), np.int64)
     for k, slot in m._window_slots.items():
         k_of_slot[slot] = k
-    for gid in sorted(range(len(m._devices)),
-                      key=lambda g: (m._devices[g].host, m._devices[g].device)):
+    for gid in sorted(range(len(m._devices)), key=m._devices.key):
         d = m._devices[gid]
         held, rows = m._dev_windows.rows(gid)
         windows = _table(k_of_slot[held], rows)
@@ -371,7 +370,7 @@ def _load(m: EfficiencyModel, state: EfficiencyState) -> array[int]:
             dev.add_span(sp[0], sp[1])
         for rec in ds.streams:
             dev.add_streams(rec)
-        m._dev_totals[gid] = np.asarray(ds.totals or [0] * WIDTH, np.int64)
+        m._add_totals(gid, slice(0, WIDTH), np.asarray(ds.totals or [0] * WIDTH, np.int64))
         keys, values = _arrays(ds.windows)
         if len(keys):
             m._dev_windows.load(gid, np.array(m._window_rows(dev, keys.tolist()), np.int64),

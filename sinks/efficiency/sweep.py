@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
-from prvstream.sinks.efficiency.devices import DeviceTable
+from prvstream.sinks.efficiency.devices import DeviceTable, fits_int32
 from prvstream.sinks.efficiency.overlap import hits
 from prvstream.sinks.efficiency.parts import (
     GAP_NS,
@@ -57,6 +57,16 @@ class DeviceSweep:
     _names: list[Name]
     _n_instances: int
     _i_name: np.ndarray
+
+    def _add_totals(self, gid: int, at: slice, values: np.ndarray) -> None:
+        """Add ``values`` to columns ``at`` of device ``gid``'s totals: the table is int32
+        until a sum does not fit, then int64 (a job of short reports keeps 36 bytes of totals
+        a device, not 72: issue 11)."""
+        t = self._dev_totals
+        new = t[gid, at].astype(np.int64) + values
+        if t.dtype != np.int64 and not fits_int32(new):
+            t = self._dev_totals = t.astype(np.int64)
+        t[gid, at] = new
 
     def _sweep_pending(self, rep: Report) -> None:
         """Finalize every device of the report up to the last start seen."""
@@ -157,7 +167,7 @@ class DeviceSweep:
         (ind * length).cumsum(axis=1, out=cum[:, 1:])
         total = cum[:, -1]
         dev = self._devices[gid]
-        self._dev_totals[gid, :N_MEASURES] += total
+        self._add_totals(gid, slice(0, N_MEASURES), total)
         lo, hi = int(edges[0]), int(edges[-1])
 
         def upto(q: np.ndarray) -> np.ndarray:
@@ -215,8 +225,8 @@ class DeviceSweep:
             return
         g0, g1 = g0[long_].astype(np.int64), g1[long_].astype(np.int64)
         dev = self._devices[gid]
-        self._dev_totals[gid, GAPS] += len(g0)
-        self._dev_totals[gid, GAP_NS] += int((g1 - g0).sum())
+        self._add_totals(gid, slice(GAPS, GAP_NS + 1),
+                         np.array([len(g0), int((g1 - g0).sum())], np.int64))
         w = self.window_ns
         first = int(g0[0]) // w
         k0, k1 = self._fold(g0 // w, first), self._fold((g1 - 1) // w, first)

@@ -139,8 +139,8 @@ class RecordViews:
         w = self.window_ns
         ws, we = k * w, (k + 1) * w
         js, je = self._span if self._span else (ws, we)
-        present = [i for i, d in enumerate(self._devices)
-                   if any(a < we and b > ws for a, b in d.spans)]
+        devices = self._devices
+        present = [i for i in range(len(devices)) if _meets(devices.span_log(i), ws, we)]
         slot = self._window_slots.get(k, -1)
         draft = self._record("window", max(ws, js), min(we, je), present,
                              lambda g: self._dev_windows.get(g, slot) if slot >= 0 else None,
@@ -303,6 +303,11 @@ class _Columns(MadeSequence[DeviceRow]):
 
 #: ``_Columns.grouped``
 _Groups = tuple[list[tuple[str, int]], list[int] | np.ndarray, list[int] | np.ndarray]
+
+
+def _meets(spans: array[int], start: int, end: int) -> bool:
+    """Whether one of the flattened [a, b) pairs ``spans`` overlaps [start, end)."""
+    return any(spans[j] < end and spans[j + 1] > start for j in range(0, len(spans), 2))
 
 
 def _named(codes: dict[str, int]) -> list[tuple[str, int]]:

@@ -23,14 +23,16 @@ class Ragged:
     the array grows in place (no spare room: a job's many small owners take exactly their
     values); one that grows elsewhere moves to the end with doubled capacity (amortized O(1) a
     value, as ``array`` itself); the segments left behind are compacted away once they are
-    half the array. An owner's start, length and capacity are 32 bits until one needs more (a
-    watched job adds a few owners with every report: issue 11)."""
+    half the array. An owner's start is 32 bits and its length and capacity 8 bits until one
+    needs more (each widened as needed by ``narrowcols``; a watched job adds a few owners with
+    every report, most with a few values: issue 11)."""
 
     def __init__(self) -> None:
         self._data = array("q")
         self._start = array("i")
-        self._size = array("i")
-        self._cap = array("i")
+        #: lengths and capacities by owner: 8 bits, widened as one needs more
+        self._size = array("b")
+        self._cap = array("b")
         #: values of the array no segment holds any more (moved owners' old places)
         self._holes = 0
 
@@ -103,3 +105,4 @@ class Ragged:
             new.extend(data[s:s + c])
         self._data = new
         self._holes = 0
+

@@ -1,12 +1,15 @@
 """The rows of one view (windows or phase instances) of every device, or of every host
 process, of a model in one table: an owner's rows stay in a ``RowStore`` while its report is
-fed, then (when few) move to one growing array of (owner id, key) rows, so a settled device or
-process keeps no objects of its own for them. A full chunk of the table keeps only its columns
-that are not all zero, in the narrowest integer type that holds them (a watched job adds rows
-with every report, most of whose values are zero or small: issue 11); a row read is widened
-back to int64."""
+fed, then (when few) move to one growing array of (key, row) records sorted by owner id, with
+where each owner's records end (32 bits an owner, no composite key a record), so a settled
+device or process keeps no objects of its own for them. A full chunk of the table keeps only
+its columns that are not all zero, in the narrowest integer type that holds them (a watched
+job adds records with every report, most of whose values are zero or small: issue 11); a
+record read is widened back to int64."""
 
 from __future__ import annotations
+
+from array import array
 
 import numpy as np
 
@@ -14,13 +17,12 @@ from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.efficiency.parts import grow
 from prvstream.sinks.efficiency.rowstore import SPILL_BYTES, RowStore
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.narrowcols import extended
 
 __all__ = ["SharedRows"]
 
 log = get_logger(__name__)
 
-#: a key's bits in a composite (owner id << _KEY_BITS | key) key
-_KEY_BITS = 32
 #: rows a chunk of the table holds (the last one grows to it by ``grow``): the table grows
 #: without copying what it holds, so its peak is not twice its size
 CHUNK = 1024
@@ -62,17 +64,21 @@ class _Packed:
 class SharedRows:
     """Rows of ``width`` int64 by (owner id, key): summed from the owner's ``RowStore`` (rows
     that may still change, or an owner with many rows: its store spills them to a file) and
-    its rows in the shared table (sorted composite keys, their rows in chunks)."""
+    its rows in the shared table: records of the key and the row (``width + 1`` columns) in
+    chunks, sorted by (owner id, key); owner ``g``'s are records [``_ends[g - 1]``,
+    ``_ends[g]``) (from 0 for owner 0; none past ``_ends``)."""
 
     def __init__(self, width: int) -> None:
         self.width = width
         #: owner id -> its store (while its report is fed, or when it has many rows)
         self._stores: dict[int, RowStore] = {}
-        self._keys = np.zeros(0, np.int64)
+        self._ends = array("i")
+        #: owners moved to the table after a greater id: (id, keys, rows), sorted in when
+        #: the table is next read
+        self._late: list[tuple[int, np.ndarray, np.ndarray]] = []
         #: full chunks packed, the last one (while not full) int64 rows grown by ``grow``
         self._chunks: list[np.ndarray | _Packed] = []
         self._n = 0
-        self._sorted = True
         #: rows a settled device may move to the table: what its store keeps in memory anyway
         self.small = SPILL_BYTES // (8 * (width + 1))
 
@@ -113,19 +119,18 @@ class SharedRows:
         row = None if store is None else store.get(key)
         lo, hi = self._span(gid)
         if hi > lo:
-            at = lo + int(np.searchsorted(self._keys[lo:hi], (gid << _KEY_BITS) | key))
-            if at < hi and int(self._keys[at]) == (gid << _KEY_BITS) | key:
-                chunk = self._chunks[at // CHUNK]
-                found = (chunk.row(at % CHUNK, self.width) if isinstance(chunk, _Packed)
-                         else chunk[at % CHUNK].copy())
+            recs = self._slice(lo, hi)
+            at = int(np.searchsorted(recs[:, 0], key))
+            if at < hi - lo and int(recs[at, 0]) == key:
+                found = recs[at, 1:].copy()
                 row = found if row is None else row + found
         return row
 
     def rows(self, gid: int) -> tuple[np.ndarray, np.ndarray]:
         """Owner ``gid``'s keys with a row that is not all zero, sorted, and those rows."""
         lo, hi = self._span(gid)
-        keys = self._keys[lo:hi] & ((1 << _KEY_BITS) - 1)
-        rows = self._slice(lo, hi)
+        recs = self._slice(lo, hi)
+        keys, rows = recs[:, 0], recs[:, 1:]
         store = self._stores.get(gid)
         if store is not None:
             more_k, more_v = store.rows()
@@ -140,24 +145,31 @@ class SharedRows:
 
     def _span(self, gid: int) -> tuple[int, int]:
         """Where owner ``gid``'s rows lie in the table."""
-        if not self._n:
+        if self._late:
+            self._tidy()
+        ends = self._ends
+        if gid >= len(ends):
             return 0, 0
-        self._tidy()
-        lo, hi = np.searchsorted(self._keys[:self._n],
-                                 [gid << _KEY_BITS, (gid + 1) << _KEY_BITS]).tolist()
-        return int(lo), int(hi)
+        return (ends[gid - 1] if gid else 0), ends[gid]
 
     def _append(self, gid: int, keys: np.ndarray, rows: np.ndarray) -> None:
         m = len(keys)
         if not m:
             return
+        if gid < len(self._ends):  # after a greater id: sorted in when next read
+            self._late.append((gid, np.asarray(keys, np.int64), rows))
+            return
         n = self._n
-        self._keys = grow(self._keys, n + m, first=16)
-        self._keys[n:n + m] = (gid << _KEY_BITS) | np.asarray(keys, np.int64)
-        if n and int(self._keys[n]) <= int(self._keys[n - 1]):
-            self._sorted = False
-        self._put(n, rows)
+        self._ends = extended(self._ends, [n] * (gid - len(self._ends)) + [n + m])
+        self._put(n, self._records(keys, rows))
         self._n = n + m
+
+    def _records(self, keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(key, row) records of ``rows``."""
+        recs = np.empty((len(keys), self.width + 1), np.int64)
+        recs[:, 0] = keys
+        recs[:, 1:] = rows
+        return recs
 
     def _put(self, at: int, rows: np.ndarray) -> None:
         """Write ``rows`` from row ``at`` (the end of the table), adding chunks as needed."""
@@ -166,7 +178,7 @@ class SharedRows:
             c, j = divmod(at + done, CHUNK)
             take = min(len(rows) - done, CHUNK - j)
             if c == len(self._chunks):
-                self._chunks.append(np.zeros((0, self.width), np.int64))
+                self._chunks.append(np.zeros((0, self.width + 1), np.int64))
             chunk = self._chunks[c]
             assert not isinstance(chunk, _Packed)  # only full chunks are packed
             if j + take == CHUNK:  # full: packed, without the spare room ``grow`` left
@@ -177,24 +189,31 @@ class SharedRows:
             done += take
 
     def _slice(self, lo: int, hi: int) -> np.ndarray:
-        """Rows [lo, hi) of the table (a copy)."""
+        """Records [lo, hi) of the table (a copy)."""
         parts = []
         for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1) if hi > lo else ():
             chunk, a, b = self._chunks[c], max(lo - c * CHUNK, 0), min(hi - c * CHUNK, CHUNK)
-            parts.append(chunk.widened(a, b, self.width) if isinstance(chunk, _Packed)
+            parts.append(chunk.widened(a, b, self.width + 1) if isinstance(chunk, _Packed)
                          else chunk[a:b])
         if len(parts) == 1:
             return parts[0].copy() if parts[0].base is not None else parts[0]
-        return np.concatenate(parts) if parts else np.zeros((0, self.width), np.int64)
+        return np.concatenate(parts) if parts else np.zeros((0, self.width + 1), np.int64)
 
     def _tidy(self) -> None:
-        """Sort the table by composite key (owners settled out of id order)."""
-        if self._sorted:
-            return
-        n = self._n
-        order = np.argsort(self._keys[:n], kind="stable")
-        self._keys[:n] = self._keys[:n][order]
-        rows = self._slice(0, n)[order]
+        """Sort the owners moved out of id order into the table (one pass over it)."""
+        late, self._late = self._late, []
+        ends = np.frombuffer(self._ends, np.dtype(f"i{self._ends.itemsize}")).astype(np.int64)
+        owners = [np.repeat(np.arange(len(ends), dtype=np.int64), np.diff(ends, prepend=0))]
+        recs = [self._slice(0, self._n)]
+        for gid, keys, rows in late:
+            owners.append(np.full(len(keys), gid, np.int64))
+            recs.append(self._records(keys, rows))
+        gids, table = np.concatenate(owners), np.concatenate(recs)
+        order = np.lexsort((table[:, 0], gids))
+        ends = np.cumsum(np.bincount(gids, minlength=len(ends)))
+        wide = len(table) >= 1 << 31
+        self._ends = array("q" if wide else "i", ends.astype(np.int64 if wide else np.int32)
+                           .tobytes())
         self._chunks = []
-        self._put(0, rows)
-        self._sorted = True
+        self._put(0, table[order])
+        self._n = len(table)

@@ -48,3 +48,17 @@ def test_lists_are_those_of_a_list_of_lists(ops: list[tuple[str, int, list[int]]
     finally:
         ragged.COMPACT_AT = saved
 
+
+
+def test_lengths_widen_as_an_owner_grows() -> None:
+    store = Ragged()
+    owners = [store.add_owner() for _ in range(3)]
+    expected: list[list[int]] = [[] for _ in owners]
+    for step in range(70):  # owner 1 past 8 and 16 bits of values, moving between the others
+        for o in owners:
+            values = list(range(step, step + (1000 if o == 1 else 3)))
+            store.extend(o, values)
+            expected[o] += values
+    for o in owners:
+        assert store.size(o) == len(expected[o])
+        assert store.get(o).tolist() == expected[o]

@@ -108,7 +108,7 @@ class EfficiencyModel(ActivityIntake, UpdateQueue, PhaseInstances, DeviceSweep):
         #: one copy of each short instance set, shared by the processes that have it
         self._has_kept: dict[bytes, bytes] = {}
         #: per process id, its one phase name's id (or none, or several: ``_occ_names``)
-        self._occ_name = array("i")
+        self._occ_name = array("b")  # narrow (``narrowcols``): a few names
         self._occ_names: dict[int, dict[str, array[int]]] = {}
         #: by process id: the occurrence spans of a process's one phase name
         self._occ_log = Ragged()

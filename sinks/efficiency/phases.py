@@ -13,6 +13,7 @@ from prvstream.sinks.efficiency.parts import Name, grow
 from prvstream.sinks.efficiency.processes import ProcessTable
 from prvstream.sinks.efficiency.ragged import Ragged
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.narrowcols import extended, set_item
 
 __all__ = ["PhaseInstances", "phase_label"]
 
@@ -118,12 +119,14 @@ class PhaseInstances:
         name = self._names[nid].name  # the name's one string, not the report's copy of it
         pid = self._procs.add(proc[0], proc[1])
         if pid >= len(self._occ_name):
-            self._occ_name.extend((_NO_NAME,) * (pid + 1 - len(self._occ_name)))
+            self._occ_name = extended(self._occ_name,
+                                      (_NO_NAME,) * (pid + 1 - len(self._occ_name)))
         while len(self._occ_log) <= pid:
             self._occ_log.add_owner()  # the process's list: its id
         held = self._occ_name[pid]
         if held == _NO_NAME:
-            held = self._occ_name[pid] = nid
+            held = nid
+            self._occ_name = set_item(self._occ_name, pid, nid)
             self._phase_procs += 1
         if held == nid:
             occ = self._occ_log.size(pid) // 2

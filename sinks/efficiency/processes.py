@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
+from prvstream.sinks.narrowcols import extended
 
 __all__ = ["ProcessTable"]
 
@@ -30,9 +31,9 @@ class ProcessTable:
     def __init__(self) -> None:
         self._hosts: list[str] = []
         self._host_ids: dict[str, int] = {}
-        #: by process id: its host id and pid
-        self._hid = array("i")
-        self._pid = array("q")
+        #: by process id: its host id and pid (``narrowcols``: as narrow as their values)
+        self._hid = array("b")
+        self._pid = array("b")
         #: packed codes, sorted, and the process id of each
         self._codes = np.empty(0, np.int64)
         self._at = np.empty(0, np.int64)
@@ -69,8 +70,8 @@ class ProcessTable:
             hid = self._host_ids[host] = len(self._hosts)
             self._hosts.append(sys.intern(host))
         i = len(self._pid)
-        self._hid.append(hid)
-        self._pid.append(pid)
+        self._hid = extended(self._hid, (hid,))
+        self._pid = extended(self._pid, (pid,))
         if not 0 <= pid < 1 << _PID_BITS:
             self._wide[(hid, pid)] = i
         else:

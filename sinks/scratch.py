@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import IO
 
-__all__ = ["ScratchFile", "unnamed_file"]
+__all__ = ["ScratchFile", "read_at", "unnamed_file", "write_at"]
 
 #: bytes read back at a time
 READ_BYTES = 1 << 18
@@ -105,3 +105,26 @@ class ScratchFile:
             fh, self._fh = self._fh, None
             fh.close()
         self.end = 0
+
+
+def read_at(fd: int, size: int, offset: int) -> bytes:
+    """Exactly ``size`` bytes of ``fd`` from ``offset`` (``os.pread`` until done); ``OSError``
+    when the file ends before them."""
+    parts = []
+    while size > 0:
+        got = os.pread(fd, size, offset)
+        if not got:
+            raise OSError(f"a temporary file ended {size} bytes early (read at {offset})")
+        parts.append(got)
+        size -= len(got)
+        offset += len(got)
+    return b"".join(parts)
+
+
+def write_at(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    """All of ``data`` into ``fd`` at ``offset`` (``os.pwrite`` until done)."""
+    view = memoryview(data)
+    while view:
+        done = os.pwrite(fd, view, offset)
+        view = view[done:]
+        offset += done

@@ -19,6 +19,7 @@ from prvstream.daemon.stream.trace import event_types
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended, set_item
 from prvstream.sinks.paraver import format as pv
+from prvstream.sinks.scratch import read_at, write_at
 
 __all__ = ["Published"]
 
@@ -61,8 +62,8 @@ class SpillBuffer:
             return
         fd = self._fd
         if at < self._size:  # behind an old task's lines: what follows is written again
-            data += _pread_all(fd, self._size - at, at)
-        _pwrite_all(fd, data, at)
+            data += read_at(fd, self._size - at, at)
+        write_at(fd, data, at)
         self._size = at + len(data)
 
     def _spill(self) -> None:
@@ -71,7 +72,7 @@ class SpillBuffer:
         self._fd = fd
         with contextlib.suppress(FileNotFoundError):  # a cleaner of the folder came first
             os.unlink(name)
-        _pwrite_all(fd, bytes(self._mem), 0)
+        write_at(fd, bytes(self._mem), 0)
         self._mem = bytearray()
         log.debug("row_lines_spilled", bytes=self._size)
 
@@ -79,7 +80,7 @@ class SpillBuffer:
         """Every byte, in order (the in-memory buffer itself while not spilled)."""
         if self._fd < 0:
             return self._mem
-        return _pread_all(self._fd, self._size, 0)
+        return read_at(self._fd, self._size, 0)
 
     def close(self) -> None:
         if self._close is not None:
@@ -87,26 +88,6 @@ class SpillBuffer:
             self._close, self._fd = None, -1
         self._mem = bytearray()
         self._size = 0
-
-
-def _pread_all(fd: int, size: int, at: int) -> bytes:
-    parts = []
-    while size > 0:
-        got = os.pread(fd, size, at)
-        if not got:
-            raise OSError(f"the .row lines' file ended {size} bytes early")
-        parts.append(got)
-        size -= len(got)
-        at += len(got)
-    return b"".join(parts)
-
-
-def _pwrite_all(fd: int, data: bytes, at: int) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.pwrite(fd, view, at)
-        view = view[done:]
-        at += done
 
 
 class Published:

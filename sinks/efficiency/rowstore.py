@@ -22,7 +22,7 @@ import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.scratch import unnamed_file
+from prvstream.sinks.scratch import read_at, unnamed_file
 
 __all__ = ["RowStore"]
 
@@ -59,18 +59,6 @@ def _close_file(fh: IO[bytes] | None) -> None:
         fh.close()
     with _files_lock:
         _files_open -= 1
-
-
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    parts = []
-    while size > 0:
-        got = os.pread(fd, size, offset)
-        if not got:
-            raise OSError(f"short read from a temporary file at {offset}")
-        parts.append(got)
-        size -= len(got)
-        offset += len(got)
-    return b"".join(parts)
 
 
 class RowStore:
@@ -149,7 +137,7 @@ class RowStore:
         if n:
             assert self._keys is not None and self._file is not None
             keys.append(np.array(self._keys, np.int64))
-            data = _pread(self._file.fileno(), n * self.width * 8, 0)
+            data = read_at(self._file.fileno(), n * self.width * 8, 0)
             vals.append(np.frombuffer(data, np.int64).reshape(n, self.width).copy())
         if self._packed is not None:
             flat = np.frombuffer(self._packed, np.int64).reshape(-1, self.width + 1)
@@ -243,7 +231,7 @@ class RowStore:
             del spilled
             if found:
                 size = self.width * 8
-                return np.frombuffer(_pread(self._file.fileno(), size, i * size),
+                return np.frombuffer(read_at(self._file.fileno(), size, i * size),
                                      np.int64).copy()
         return None
 

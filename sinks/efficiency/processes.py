@@ -1,8 +1,7 @@
-"""The host processes of a model as one table: a process id by (host, pid), found by a packed
-index (a host id and the pid in one int64: two sorted int64 arrays and a small dict of recent
-codes), so the phases, host metrics and NVTX repeats of a process are columns by its id, not
-objects and tuple-keyed dict entries of their own (a watched job adds a process a report:
-issue 11)."""
+"""The host processes of a model as one table: a process id by (host, pid), found by the
+packed (host id, value) index the devices use (``devices.PairIndex``), so the phases, host
+metrics and NVTX repeats of a process are columns by its id, not objects and tuple-keyed dict
+entries of their own (a watched job adds a process a report: issue 11)."""
 
 from __future__ import annotations
 
@@ -10,19 +9,13 @@ import sys
 from array import array
 from collections.abc import Iterable
 
-import numpy as np
-
+from prvstream.sinks.efficiency.devices import PairIndex
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended
 
 __all__ = ["ProcessTable"]
 
 log = get_logger(__name__)
-
-#: recent codes kept in a dict before they are merged into the packed index
-_RECENT = 512
-#: a code: the host id in the high half, the pid in the low
-_PID_BITS = 32
 
 
 class ProcessTable:
@@ -34,13 +27,8 @@ class ProcessTable:
         #: by process id: its host id and pid (``narrowcols``: as narrow as their values)
         self._hid = array("b")
         self._pid = array("b")
-        #: packed codes, sorted, and the process id of each
-        self._codes = np.empty(0, np.int64)
-        self._at = np.empty(0, np.int64)
-        #: code -> process id of the codes not merged yet
-        self._recent: dict[int, int] = {}
-        #: (host id, pid) -> process id of the pids no code holds (negative or huge)
-        self._wide: dict[tuple[int, int], int] = {}
+        #: (host id, pid) -> process id
+        self._index = PairIndex()
 
     def __len__(self) -> int:
         return len(self._pid)
@@ -48,17 +36,7 @@ class ProcessTable:
     def find(self, host: str, pid: int) -> int | None:
         """The id of process (host, pid), or None when it has none."""
         hid = self._host_ids.get(host)
-        if hid is None:
-            return None
-        if not 0 <= pid < 1 << _PID_BITS:
-            return self._wide.get((hid, pid))
-        code = hid << _PID_BITS | pid
-        r = self._recent.get(code)
-        if r is None and len(self._codes):
-            i = int(np.searchsorted(self._codes, code))
-            if i < len(self._codes) and int(self._codes[i]) == code:
-                r = int(self._at[i])
-        return r
+        return None if hid is None else self._index.first(hid, pid)
 
     def add(self, host: str, pid: int) -> int:
         """The id of process (host, pid), added when it has none."""
@@ -72,21 +50,8 @@ class ProcessTable:
         i = len(self._pid)
         self._hid = extended(self._hid, (hid,))
         self._pid = extended(self._pid, (pid,))
-        if not 0 <= pid < 1 << _PID_BITS:
-            self._wide[(hid, pid)] = i
-        else:
-            self._recent[hid << _PID_BITS | pid] = i
-            if len(self._recent) >= _RECENT:
-                self._merge()
+        self._index.add(hid, pid, i)
         return i
-
-    def _merge(self) -> None:
-        n = len(self._recent)
-        codes = np.concatenate((self._codes, np.fromiter(self._recent.keys(), np.int64, n)))
-        at = np.concatenate((self._at, np.fromiter(self._recent.values(), np.int64, n)))
-        order = np.argsort(codes, kind="stable")
-        self._codes, self._at = codes[order], at[order]
-        self._recent = {}
 
     def key(self, i: int) -> tuple[str, int]:
         """(host, pid) of process ``i`` (a new tuple)."""

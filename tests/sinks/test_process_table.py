@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.efficiency import processes
+from prvstream.sinks.efficiency import devices
 from prvstream.sinks.efficiency.processes import ProcessTable
 
 _KEYS = st.lists(st.tuples(st.sampled_from(["a", "b", "node-7"]),
@@ -17,8 +17,8 @@ _KEYS = st.lists(st.tuples(st.sampled_from(["a", "b", "node-7"]),
 @settings(max_examples=40, deadline=None)
 @given(_KEYS)
 def test_ids_are_the_order_first_added_and_found_again(keys: list[tuple[str, int]]) -> None:
-    saved = processes._RECENT
-    processes._RECENT = 4  # merge often
+    saved = devices._RECENT
+    devices._RECENT = 4  # the packed index (devices.PairIndex) merges often
     try:
         table = ProcessTable()
         ids: dict[tuple[str, int], int] = {}
@@ -32,4 +32,4 @@ def test_ids_are_the_order_first_added_and_found_again(keys: list[tuple[str, int
         assert table.find("nohost", 1) is None
         assert table.in_key_order(ids.values()) == [ids[k] for k in sorted(ids)]
     finally:
-        processes._RECENT = saved
+        devices._RECENT = saved

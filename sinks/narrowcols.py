@@ -6,7 +6,7 @@ that holds it (a watched job's tables grow with every report, and most of their 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["extended", "set_item"]
 
@@ -20,6 +20,22 @@ def _wider(typecode: str) -> str:
     return _LADDER[at + 1:] if at >= 0 else "q"
 
 
+def _widened(col: array[int], put: Callable[[array[int]], None]) -> array[int]:
+    """A copy of ``col`` at the narrowest wider typecode that ``put`` succeeds on (``put``
+    applied to it); what an int64 does not hold fails as ``array`` does."""
+    codes = _wider(col.typecode)
+    for code in codes[:-1]:
+        wide = array(code, col)
+        try:
+            put(wide)
+        except OverflowError:
+            continue
+        return wide
+    wide = array(codes[-1], col)
+    put(wide)
+    return wide
+
+
 def extended(col: array[int], values: Sequence[int]) -> array[int]:
     """``col`` with ``values`` appended; a column that one of them does not fit is widened
     first (what an int64 does not hold fails as ``array`` does)."""
@@ -28,19 +44,8 @@ def extended(col: array[int], values: Sequence[int]) -> array[int]:
         col.extend(values)
     except OverflowError:
         del col[n:]
-    else:
-        return col
-    codes = _wider(col.typecode)
-    for code in codes:
-        wide = array(code, col)
-        try:
-            wide.extend(values)
-        except OverflowError:
-            if code == codes[-1]:
-                raise
-            continue
-        return wide
-    raise AssertionError("unreachable")  # pragma: no cover
+        return _widened(col, lambda wide: wide.extend(values))
+    return col
 
 
 def set_item(col: array[int], i: int, value: int) -> array[int]:
@@ -48,14 +53,5 @@ def set_item(col: array[int], i: int, value: int) -> array[int]:
     try:
         col[i] = value
     except OverflowError:
-        codes = _wider(col.typecode)
-        for code in codes:
-            wide = array(code, col)
-            try:
-                wide[i] = value
-            except OverflowError:
-                if code == codes[-1]:
-                    raise
-                continue
-            return wide
+        return _widened(col, lambda wide: wide.__setitem__(i, value))
     return col

@@ -7,9 +7,6 @@ flat in the number of reports).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import weakref
 from array import array
 from pathlib import Path
@@ -19,7 +16,7 @@ from prvstream.daemon.stream.trace import event_types
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended, set_item
 from prvstream.sinks.paraver import format as pv
-from prvstream.sinks.scratch import read_at, write_at
+from prvstream.sinks.scratch import read_at, unnamed_file, write_at
 
 __all__ = ["Published"]
 
@@ -44,7 +41,7 @@ class SpillBuffer:
         self._spill_at = SPILL_AT if spill_at is None else spill_at
         self._mem = bytearray()
         self._fd = -1
-        self._close: weakref.finalize[[int], SpillBuffer] | None = None
+        self._close: weakref.finalize[[], SpillBuffer] | None = None
         self._size = 0
 
     def __len__(self) -> int:
@@ -67,11 +64,9 @@ class SpillBuffer:
         self._size = at + len(data)
 
     def _spill(self) -> None:
-        fd, name = tempfile.mkstemp(dir=self._folder, prefix=".prvstream-row-")
-        self._close = weakref.finalize(self, os.close, fd)
-        self._fd = fd
-        with contextlib.suppress(FileNotFoundError):  # a cleaner of the folder came first
-            os.unlink(name)
+        spill = unnamed_file(".prvstream-row-", self._folder)
+        self._close = weakref.finalize(self, spill.close)
+        self._fd = fd = spill.fileno()
         write_at(fd, bytes(self._mem), 0)
         self._mem = bytearray()
         log.debug("row_lines_spilled", bytes=self._size)

@@ -10,6 +10,7 @@ from array import array
 import numpy as np
 
 from prvstream.daemon.stream.claims import Claim
+from prvstream.sinks.hostnames import HostNames
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended
 
@@ -34,12 +35,11 @@ class ClaimIndex:
     whose host id, pid or tid does not fit the code keeps its claims in a small dict instead.
     """
 
-    __slots__ = ("_codes", "_his", "_host_ids", "_hosts", "_los", "_name_ends", "_names",
+    __slots__ = ("_codes", "_his", "_hosts", "_los", "_name_ends", "_names",
                  "_recent", "_rep_host", "_rep_wall", "_reps", "_wide")
 
     def __init__(self) -> None:
-        self._hosts: list[str] = []
-        self._host_ids: dict[str, int] = {}
+        self._hosts = HostNames()
         self._rep_wall = array("q")
         self._rep_host = array("i")
         self._names = bytearray()
@@ -51,13 +51,6 @@ class ClaimIndex:
         self._recent: list[tuple[int, int, int, int]] = []
         #: (host, pid, tid) -> [(start, end, report)] of threads without a code
         self._wide: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
-
-    def _host(self, host: str) -> int:
-        found = self._host_ids.get(host)
-        if found is None:
-            found = self._host_ids[host] = len(self._hosts)
-            self._hosts.append(host)
-        return found
 
     @staticmethod
     def _code(hid: int, pid: int, tid: int) -> int:
@@ -72,11 +65,11 @@ class ClaimIndex:
             return
         rep = len(self._rep_wall)
         self._rep_wall.append(sort_key[0])
-        self._rep_host = extended(self._rep_host, (self._host(sort_key[1]),))
+        self._rep_host = extended(self._rep_host, (self._hosts.id(sort_key[1]),))
         self._names += sort_key[2].encode(errors="surrogatepass")  # a path's undecodable bytes
         self._name_ends = extended(self._name_ends, (len(self._names),))
         for host, pid, tid, lo, hi in claims:
-            code = self._code(self._host(host), pid, tid)
+            code = self._code(self._hosts.id(host), pid, tid)
             if code < 0:
                 self._wide.setdefault((host, pid, tid), []).append((lo, hi, rep))
             else:
@@ -112,7 +105,7 @@ class ClaimIndex:
         out: list[Claim] = []
         codes = self._codes
         for host, pid, tid in dict.fromkeys(c[:3] for c in claims):
-            hid = self._host_ids.get(host)
+            hid = self._hosts.find(host)
             if hid is None:
                 continue
             code = self._code(hid, pid, tid)

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 
 from prvstream.sinks.efficiency.ragged import Ragged
+from prvstream.sinks.hostnames import HostNames
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.madesequence import MadeSequence
 from prvstream.sinks.narrowcols import extended
@@ -107,8 +108,7 @@ class DeviceTable(MadeSequence["Device"]):
     shared ``Ragged`` (owners ``2 * id`` and ``2 * id + 1``)."""
 
     def __init__(self) -> None:
-        self.hosts: list[str] = []
-        self._host_ids: dict[str, int] = {}
+        self.hosts = HostNames()
         #: by device id: host id, its process's host id, CUDA id, rank (0 where
         #: ``_has_rank`` is 0: none), pid (widened as ``narrowcols`` does)
         self._host = array("i")
@@ -138,20 +138,12 @@ class DeviceTable(MadeSequence["Device"]):
                       self._rank[index] if self._has_rank[index] else None, pid,
                       (proc_host, pid), index, self)
 
-    def host_id(self, host: str) -> int:
-        """The id of host name ``host`` (added when new)."""
-        hid = self._host_ids.get(host)
-        if hid is None:
-            hid = self._host_ids[host] = len(self.hosts)
-            self.hosts.append(host)
-        return hid
-
     def add(self, host: str, device: int, rank: int | None, process: tuple[str, int],
             first: tuple[int, str]) -> int:
         """A new device's columns; its id."""
         gid = len(self._host)
-        hid = self.host_id(host)
-        phid = self.host_id(process[0])
+        hid = self.hosts.id(host)
+        phid = self.hosts.id(process[0])
         self._host.append(hid)
         self._proc_host.append(phid)
         self._device = extended(self._device, (device,))
@@ -169,12 +161,12 @@ class DeviceTable(MadeSequence["Device"]):
 
     def find(self, host: str, device: int) -> int | None:
         """The id of device (host, CUDA id) (None: not registered)."""
-        hid = self._host_ids.get(host)
+        hid = self.hosts.find(host)
         return None if hid is None else self._by_key.first(hid, device)
 
     def of_process(self, process: tuple[str, int]) -> list[int]:
         """The ids of the devices of ``process`` (host, pid), in the order registered."""
-        hid = self._host_ids.get(process[0])
+        hid = self.hosts.find(process[0])
         return [] if hid is None else self._by_process.find(hid, process[1])
 
     def key(self, gid: int) -> tuple[str, int]:

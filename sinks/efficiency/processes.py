@@ -5,11 +5,11 @@ entries of their own (a watched job adds a process a report: issue 11)."""
 
 from __future__ import annotations
 
-import sys
 from array import array
 from collections.abc import Iterable
 
 from prvstream.sinks.efficiency.devices import PairIndex
+from prvstream.sinks.hostnames import HostNames
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended
 
@@ -22,8 +22,7 @@ class ProcessTable:
     """(host, pid) -> process id (0, 1, ... in the order added), and back."""
 
     def __init__(self) -> None:
-        self._hosts: list[str] = []
-        self._host_ids: dict[str, int] = {}
+        self._hosts = HostNames()
         #: by process id: its host id and pid (``narrowcols``: as narrow as their values)
         self._hid = array("b")
         self._pid = array("b")
@@ -35,7 +34,7 @@ class ProcessTable:
 
     def find(self, host: str, pid: int) -> int | None:
         """The id of process (host, pid), or None when it has none."""
-        hid = self._host_ids.get(host)
+        hid = self._hosts.find(host)
         return None if hid is None else self._index.first(hid, pid)
 
     def add(self, host: str, pid: int) -> int:
@@ -43,10 +42,7 @@ class ProcessTable:
         found = self.find(host, pid)
         if found is not None:
             return found
-        hid = self._host_ids.get(host)
-        if hid is None:
-            hid = self._host_ids[host] = len(self._hosts)
-            self._hosts.append(sys.intern(host))
+        hid = self._hosts.id(host)
         i = len(self._pid)
         self._hid = extended(self._hid, (hid,))
         self._pid = extended(self._pid, (pid,))

@@ -377,7 +377,12 @@ class Job:
             self._alone = max(0, self._alone - 1)
             return 0
         items: list[Append] = []
-        for item in itertools.islice(self.backlog, GROUP_MAX_REPORTS):
+        # at most readiness_ahead: the files readiness checks meanwhile are counted beside
+        # these, so a group that takes fewer than it was handed must not let the ready ones
+        # pile up (each commit would hand the next a larger backlog: 4,860 ready at once in a
+        # flood of 10,000, against the 2 x readiness_ahead this bounds them to)
+        cap = min(GROUP_MAX_REPORTS, self.shared.settings.readiness_ahead)
+        for item in itertools.islice(self.backlog, cap):
             if not isinstance(item, Append):
                 break
             items.append(item)

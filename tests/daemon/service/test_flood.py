@@ -2,7 +2,7 @@
 is committed once, a broken file is set aside once, one removed while waiting is dropped
 quietly, and no more readiness checkers or tasks run than the bound however many files wait
 (and no more files are checked or ready at once than ``readiness_ahead``, beside a group
-being committed).
+being committed of at most as many).
 A file that fails only when appended (SQLite, but no export) costs the reports around it
 their group commit no more than once: they are not all appended one by one.
 """
@@ -88,3 +88,8 @@ def test_flood_is_bounded_and_exactly_once(tmp_path: Path, n: int) -> None:
     assert backlog and all(e["checkers"] == CHECKERS for e in backlog)
     assert max(e["tasks"] for e in backlog) <= CHECKERS + OTHER_TASKS
     assert max(e["peak_tasks"] for e in drained) <= CHECKERS + OTHER_TASKS
+    # ready reports waiting for the writer: at most readiness_ahead beside the group being
+    # committed, itself at most readiness_ahead (a group that took fewer than it was handed
+    # once let each commit hand the next a larger backlog)
+    flows = daemon.named("job_flow")
+    assert flows and max(e["backlog"] for e in flows) <= 2 * AHEAD

@@ -130,6 +130,17 @@ class DeviceTable(MadeSequence["Device"]):
     def __len__(self) -> int:
         return len(self._host)
 
+    def host(self, index: int) -> str:
+        """Device ``index``'s host (no ``Device`` made)."""
+        return self.hosts[self._host[index]]
+
+    def group_key(self, index: int) -> str:
+        """Device ``index``'s rank as text, or ``host:pid`` where it has none (a record's
+        rank groups; no ``Device`` made)."""
+        if self._has_rank[index]:
+            return str(self._rank[index])
+        return f"{self.hosts[self._host[index]]}:{self._pid[index]}"
+
     def _item(self, index: int) -> Device:
         host = self.hosts[self._host[index]]
         proc_host = self.hosts[self._proc_host[index]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 
 import numpy as np
@@ -10,10 +11,13 @@ import numpy as np
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import Metrics
 
-__all__ = ["covered", "group_order", "job_metrics"]
+__all__ = ["covered", "covered_pairs", "group_order", "job_metrics"]
 
 log = get_logger(__name__)
 
+#: ``covered_pairs`` of at most this many pairs: in Python (numpy's per-call cost outweighs
+#: the work there)
+_PAIRS_IN_PYTHON = 256
 #: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
 _EXACT = 2**53
 
@@ -75,6 +79,21 @@ def covered(spans: Sequence[tuple[int, int]], lo: int, hi: int) -> int:
             total += e - s
             reach = e
     return total
+
+
+def covered_pairs(pairs: array[int], lo: int, hi: int) -> int:
+    """``covered`` of the flattened [start, end) pairs ``pairs`` (a record's every device's
+    spans: thousands of pairs are one array, not a tuple each): the same length, computed
+    over the pairs sorted by start as a running reach (the furthest end so far)."""
+    if len(pairs) <= 2 * _PAIRS_IN_PYTHON:
+        return covered([(pairs[j], pairs[j + 1]) for j in range(0, len(pairs), 2)], lo, hi)
+    flat = np.frombuffer(pairs, np.int64) if pairs.itemsize == 8 else np.asarray(pairs, np.int64)
+    starts, ends = flat[0::2], flat[1::2]
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.minimum(ends[order], hi)
+    reach = np.maximum.accumulate(np.concatenate(([lo], ends)))[:-1]
+    gained = ends - np.maximum(starts, reach)
+    return int(gained[gained > 0].sum())
 
 
 def group_order(name: str) -> tuple[int, float, str]:

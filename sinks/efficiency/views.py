@@ -10,7 +10,7 @@ import numpy as np
 from prvstream.sinks.arrays import distinct
 from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.host import HostParts, HostTotals
-from prvstream.sinks.efficiency.metrics import covered, group_order, job_metrics
+from prvstream.sinks.efficiency.metrics import covered_pairs, group_order, job_metrics
 from prvstream.sinks.efficiency.parts import (
     COMM,
     GAP_NS,
@@ -92,25 +92,28 @@ class RecordViews:
         if span is None:
             span = max(end - start, 0)
         ids = self._in_rank_order(gids)
-        cols = _Columns(len(ids))
-        spans: list[tuple[int, int]] = []
+        table = self._devices
+        cols = _Columns(len(ids), table)
+        spans = array("q")  # every device's, flattened pairs
         at_once = encoded.ROWS_AT_ONCE
         for lo in range(0, len(ids), at_once):
             part = ids[lo:lo + at_once]
             for j, gid in enumerate(part if isinstance(part, list) else part.tolist(), lo):
-                dev = self._devices[gid]
                 found = row_of(gid)
                 if found is not None:
                     cols.values[j] = found
-                cols.captured[j] = covered(dev.spans, start, end) if captured else span
-                cols.devices.append(dev)
                 if captured:
-                    spans += dev.spans
+                    log_ = table.span_log(gid)
+                    cols.captured[j] = covered_pairs(log_, start, end)
+                    spans += log_
+                else:
+                    cols.captured[j] = span
+                cols.gids.append(gid)
         total = cols.metrics(None, span)
         head = SummaryRecord(
             schema=SCHEMA_VERSION, job=self.job, view=view, name=name, index=index,
             start_ns=start, end_ns=end, span_ns=span,
-            captured_ns=covered(spans, start, end) if captured else span,
+            captured_ns=covered_pairs(spans, start, end) if captured else span,
             wall_ns=self._span[1] if self._span else 0, reports=self._reports,
             last_report=self._last_report, metrics=total, devices=[],
             window_ns=self.window_ns, gap_threshold_ns=self.gap_threshold_ns,
@@ -205,21 +208,31 @@ class _Columns(MadeSequence[DeviceRow]):
     from Python lists and its rows made once: numpy's per-call cost outweighs its work there
     (filled first: the lists are taken at the first read)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, table: DeviceTable) -> None:
         self.values = np.zeros((n, WIDTH), np.int64)
         self.captured = np.zeros(n, np.int64)
-        self.devices: list[Device] = []
+        #: the devices' ids: each ``Device`` is made from ``table`` when its row is (a record
+        #: of every device of a big job held no object a device)
+        self.gids = array("q")
+        self.table = table
         self._small = n <= encoded.ROWS_AT_ONCE
         self._lists: tuple[list[list[int]], list[int]] | None = None
         self._rows: list[DeviceRow] | None = None
 
     def __len__(self) -> int:
-        return len(self.devices)
+        return len(self.gids)
+
+    def devices(self) -> Iterator[Device]:
+        """The record's devices in order, each made as it is read."""
+        table = self.table
+        for gid in self.gids:
+            yield table[gid]
 
     def _item(self, i: int) -> DeviceRow:
         if self._small:
             return self._made()[i]
-        return self._row(self.devices[i], self.values[i].tolist(), int(self.captured[i]))
+        return self._row(self.table[self.gids[i]], self.values[i].tolist(),
+                         int(self.captured[i]))
 
     def __iter__(self) -> Iterator[DeviceRow]:
         if self._small:
@@ -227,9 +240,10 @@ class _Columns(MadeSequence[DeviceRow]):
             return
         for lo in range(0, len(self), encoded.ROWS_AT_ONCE):
             hi = lo + encoded.ROWS_AT_ONCE
-            for dev, v, t in zip(self.devices[lo:hi], self.values[lo:hi].tolist(),
+            table = self.table
+            for gid, v, t in zip(self.gids[lo:hi], self.values[lo:hi].tolist(),
                                  self.captured[lo:hi].tolist(), strict=True):
-                yield self._row(dev, v, t)
+                yield self._row(table[gid], v, t)
 
     def _listed(self) -> tuple[list[list[int]], list[int]]:
         """A small record's values and captured times as lists (taken once)."""
@@ -242,7 +256,7 @@ class _Columns(MadeSequence[DeviceRow]):
         if self._rows is None:
             values, captured = self._listed()
             self._rows = [self._row(dev, v, t)
-                          for dev, v, t in zip(self.devices, values, captured, strict=True)]
+                          for dev, v, t in zip(self.devices(), values, captured, strict=True)]
         return self._rows
 
     @staticmethod
@@ -322,9 +336,9 @@ class _Draft:
         self.head = head
         self._cols = cols
         self._span = span
-        self._hosts = cols.grouped(d.host for d in cols.devices)
-        self._ranks = cols.grouped(str(d.rank) if d.rank is not None else f"{d.host}:{d.pid}"
-                                   for d in cols.devices)
+        table = cols.table
+        self._hosts = cols.grouped(map(table.host, cols.gids))
+        self._ranks = cols.grouped(map(table.group_key, cols.gids))
         self._host_rows: Callable[[], Iterator[HostRow]] | None = None
 
     def host_metrics(self, found: HostParts | None) -> None:

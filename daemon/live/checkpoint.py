@@ -22,6 +22,10 @@ __all__ = ["commit_with_checkpoint", "restore_checkpoint"]
 
 log = get_logger(__name__)
 
+#: bytes of a checkpoint buffered before each write: a commit at thousands of devices writes
+#: megabytes, and each megabyte of buffer is a megabyte more of the commit's peak
+_WRITE_BUFFER = 1 << 18
+
 
 def commit_with_checkpoint(journal: JobJournal, model: EfficiencyModel) -> None:
     """Write the model's state to a new file named by its content, commit the journal naming
@@ -52,7 +56,7 @@ def _write_named(folder: Path, prefix: str, chunks: Iterable[bytes], current: st
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o666)
     try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+        with os.fdopen(fd, "wb", buffering=_WRITE_BUFFER) as fh:
             for chunk in chunks:
                 digest.update(chunk)
                 fh.write(chunk)

@@ -190,9 +190,22 @@ def export_state(m: EfficiencyModel) -> EfficiencyState:
 
 
 def _nvtx_state(m: EfficiencyModel) -> list[tuple[str, int, int, int]]:
-    return sorted((h, p, sp[j], sp[j + 1]) for (h, p), sp in
-                  m._nvtx.items()
-                  for j in range(0, len(sp), 2))
+    return list(_nvtx_rows(m))
+
+
+def _nvtx_rows(m: EfficiencyModel) -> Iterator[tuple[str, int, int, int]]:
+    """Each process's NVTX spans as (host, pid, start, end), sorted, one at a time: the
+    processes in (host, pid) order, each one's pairs sorted (a checkpoint never holds a tuple
+    a span of the whole job)."""
+    for h, p in sorted(key for key, _ in m._nvtx.items()):
+        sp = m._nvtx.get((h, p))
+        assert sp is not None
+        for s, e in sorted(zip(sp[0::2], sp[1::2], strict=True)):
+            yield h, p, s, e
+
+
+def _nvtx_count(m: EfficiencyModel) -> int:
+    return sum(len(sp) // 2 for _, sp in m._nvtx.items())
 
 
 def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
@@ -204,9 +217,10 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
     lists: dict[str, tuple[int, Iterator[Any]]] = {
         "devices": (len(m._devices), _device_states(m)),
         "processes": (m._phase_procs, _process_states(m)),
-        "hosts": (m._host.count, _host_states(m))}
+        "hosts": (m._host.count, _host_states(m)),
+        "nvtx": (_nvtx_count(m), _nvtx_rows(m))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
-                            "notes": dict(sorted(m._notes.items())), "nvtx": _nvtx_state(m)}
+                            "notes": dict(sorted(m._notes.items()))}
     yield _header(0x80, 0xDE, len(fields))
     for name in fields:
         yield _ENC.encode(name)
@@ -252,7 +266,7 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
     k_of_slot = np.zeros(len(m._window_slots), np.int64)
     for k, slot in m._window_slots.items():
         k_of_slot[slot] = k
-    for gid in sorted(range(len(m._devices)), key=m._devices.key):
+    for gid in m._devices.in_key_order():
         d = m._devices[gid]
         held, rows = m._dev_windows.rows(gid)
         windows = _table(k_of_slot[held], rows)

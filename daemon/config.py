@@ -104,9 +104,10 @@ class Settings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     #: files looked at for readiness at once, whatever the number waiting (0: max(4, 2 x
     #: workers)); a flood of files waits in a queue of a few numbers each
     readiness_checkers: int = 0
-    #: files of one job checked or ready for the trace at once, beside a group being committed;
-    #: a flood's other files wait as their path text only (memory flat in the flood)
-    readiness_ahead: int = 1024
+    #: files of one job checked or ready for the trace at once, beside a group being committed
+    #: (itself at most this many reports); a flood's other files wait as their path text only
+    #: (memory flat in the flood)
+    readiness_ahead: int = 512
     #: per-job journals (local disk, never the shared file system)
     state_dir: str = msgspec.field(default_factory=default_state_dir)
     #: outputs go to DIR/<job relative to its root>/ instead of <job>/prvstream/

@@ -33,7 +33,7 @@ _REPORT_EVERY_S = 5.0
 #: backlog, beside the group its writer is committing); a flood's other files wait as their
 #: path text only, taken in the order found as the writer takes reports from its backlog
 #: (``Settings.readiness_ahead``)
-CHECK_AHEAD = 1024
+CHECK_AHEAD = 512
 
 
 def default_checkers(workers: int) -> int:

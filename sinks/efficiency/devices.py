@@ -184,16 +184,6 @@ class DeviceTable(MadeSequence["Device"]):
         """(host, CUDA id) of device ``gid``."""
         return self.hosts[self._host[gid]], self._device[gid]
 
-    def in_key_order(self) -> list[int]:
-        """Every device id, in (host, CUDA id) order (``sorted`` by ``key``, without a key
-        tuple a device: a checkpoint of a job of many devices sorts them at each commit)."""
-        names = self.hosts
-        rank = np.zeros(max(len(names), 1), np.int64)
-        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
-        hosts = rank[np.asarray(self._host, np.int64)]
-        order: list[int] = np.lexsort((np.asarray(self._device, np.int64), hosts)).tolist()
-        return order
-
     def span_log(self, gid: int) -> array[int]:
         """The [start, end) spans of device ``gid``'s reports, flattened pairs (a copy)."""
         return self.logs.get(2 * gid)

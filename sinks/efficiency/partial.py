@@ -197,15 +197,9 @@ def _nvtx_rows(m: EfficiencyModel) -> Iterator[tuple[str, int, int, int]]:
     """Each process's NVTX spans as (host, pid, start, end), sorted, one at a time: the
     processes in (host, pid) order, each one's pairs sorted (a checkpoint never holds a tuple
     a span of the whole job)."""
-    for h, p in sorted(key for key, _ in m._nvtx.items()):
-        sp = m._nvtx.get((h, p))
-        assert sp is not None
+    for (h, p), sp in m._nvtx.in_key_order():
         for s, e in sorted(zip(sp[0::2], sp[1::2], strict=True)):
             yield h, p, s, e
-
-
-def _nvtx_count(m: EfficiencyModel) -> int:
-    return sum(len(sp) // 2 for _, sp in m._nvtx.items())
 
 
 def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
@@ -218,7 +212,7 @@ def encode_state_chunks(m: EfficiencyModel) -> Iterator[bytes]:
         "devices": (len(m._devices), _device_states(m)),
         "processes": (m._phase_procs, _process_states(m)),
         "hosts": (m._host.count, _host_states(m)),
-        "nvtx": (_nvtx_count(m), _nvtx_rows(m))}
+        "nvtx": (m._nvtx.pair_count(), _nvtx_rows(m))}
     rest: dict[str, Any] = {"tables": m._tables.export(), "phase_tables": _phase_tables(m),
                             "notes": dict(sorted(m._notes.items()))}
     yield _header(0x80, 0xDE, len(fields))
@@ -266,7 +260,7 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
     k_of_slot = np.zeros(len(m._window_slots), np.int64)
     for k, slot in m._window_slots.items():
         k_of_slot[slot] = k
-    for gid in m._devices.in_key_order():
+    for gid in m._device_order:  # every device, kept in (host, device) order as added
         d = m._devices[gid]
         held, rows = m._dev_windows.rows(gid)
         windows = _table(k_of_slot[held], rows)

@@ -105,4 +105,3 @@ class Ragged:
             new.extend(data[s:s + c])
         self._data = new
         self._holes = 0
-

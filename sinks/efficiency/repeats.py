@@ -68,9 +68,20 @@ class NvtxSpans:
 
     def items(self) -> Iterator[tuple[tuple[str, int], array[int]]]:
         """((host, pid), pairs) of each process with some, by process id."""
-        for i in range(len(self._log)):
-            if self._log.size(i):
-                yield self.table.key(i), self._log.get(i)
+        for i in self._ids():
+            yield self.table.key(i), self._log.get(i)
+
+    def in_key_order(self) -> Iterator[tuple[tuple[str, int], array[int]]]:
+        """``items`` in (host, pid) order (each process's pairs read once, as it comes)."""
+        for i in self.table.in_key_order(self._ids()):
+            yield self.table.key(i), self._log.get(i)
+
+    def pair_count(self) -> int:
+        """How many (first, last) pairs all processes hold (no pairs read)."""
+        return sum(self._log.size(i) // 2 for i in range(len(self._log)))
+
+    def _ids(self) -> Iterator[int]:
+        return (i for i in range(len(self._log)) if self._log.size(i))
 
 
 def repeated(devices: Sequence[Device], rep: Report, local: np.ndarray, stream: np.ndarray,

@@ -238,9 +238,9 @@ class _Columns(MadeSequence[DeviceRow]):
         if self._small:
             yield from self._made()
             return
+        table = self.table
         for lo in range(0, len(self), encoded.ROWS_AT_ONCE):
             hi = lo + encoded.ROWS_AT_ONCE
-            table = self.table
             for gid, v, t in zip(self.gids[lo:hi], self.values[lo:hi].tolist(),
                                  self.captured[lo:hi].tolist(), strict=True):
                 yield self._row(table[gid], v, t)

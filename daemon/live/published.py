@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 from prvstream.daemon.stream.numbering import Numbering
@@ -26,6 +27,8 @@ log = get_logger(__name__)
 _HEADER_KEPT = 4096
 #: bytes of ``.row`` lines a buffer keeps in memory before it moves them to its file
 SPILL_AT = 16 * 1024
+#: bytes of spilled lines read at a time as the ``.row`` is published
+PIECE = 1 << 18
 
 
 class SpillBuffer:
@@ -76,6 +79,16 @@ class SpillBuffer:
         if self._fd < 0:
             return self._mem
         return read_at(self._fd, self._size, 0)
+
+    def pieces(self) -> Iterator[bytes]:
+        """Every byte, in order: a copy of the in-memory bytes while not spilled (at most
+        ``spill_at`` where the buffer has a folder), then ``PIECE`` bytes at a time from the file (a job of thousands of tasks
+        publishes its ``.row`` without holding its lines twice)."""
+        if self._fd < 0:
+            yield bytes(self._mem)
+            return
+        for at in range(0, self._size, PIECE):
+            yield read_at(self._fd, min(PIECE, self._size - at), at)
 
     def close(self) -> None:
         if self._close is not None:
@@ -166,9 +179,14 @@ class Published:
                                     origin_wall_ns, capacity)
 
     def row(self) -> bytes:
+        """The ``.row`` (``row_pieces`` joined)."""
+        return b"".join(self.row_pieces())
+
+    def row_pieces(self) -> Iterator[bytes]:
+        """The ``.row`` in pieces (``pv.row_pieces``), its lines read as they are written."""
         self._catch_up()
-        return pv.row_from_lines(self._nodes, len(self._ends), self._task_rows.value(),
-                                 sum(self._counts), self._rows.value())
+        return pv.row_pieces(self._nodes, len(self._ends), self._task_rows.pieces(),
+                             sum(self._counts), self._rows.pieces())
 
     def pcf(self) -> bytes:
         """The ``.pcf`` (it follows from the value labels only: rebuilt when they grew)."""

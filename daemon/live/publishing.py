@@ -65,7 +65,7 @@ def publish_metadata(trace: LiveTrace, *, force: bool = False) -> None:
     if force or pcf is not trace._pcf_written:
         trace.out.replace(trace.pcf.name, pcf)
         trace._pcf_written = pcf
-    trace.out.replace(trace.row.name, trace._published.row())
+    trace.out.replace(trace.row.name, trace._published.row_pieces())
 
 
 def publish_summary(trace: LiveTrace) -> None:

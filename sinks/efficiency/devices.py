@@ -141,6 +141,13 @@ class DeviceTable(MadeSequence["Device"]):
             return str(self._rank[index])
         return f"{self.hosts[self._host[index]]}:{self._pid[index]}"
 
+    def ranks_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Devices ``ids``'s ranks (0 where none) and whether each has one, as columns (a
+        record's rank groups of thousands of devices; no text a device)."""
+        ranks = np.frombuffer(self._rank, np.dtype(f"i{self._rank.itemsize}"))[ids]
+        has = np.frombuffer(self._has_rank, np.uint8)[ids] != 0
+        return ranks.astype(np.int64), has
+
     def _item(self, index: int) -> Device:
         host = self.hosts[self._host[index]]
         proc_host = self.hosts[self._proc_host[index]]

@@ -378,8 +378,10 @@ class HostTotals:
                       ) -> HostParts | None:
         """Host metrics over phase occurrences (process id, start, end, instance id): each
         process over its own occurrences (several of one process add up); as ``metrics``."""
-        at: dict[int, int] = {}
         acc = array("q")  # 7 sums a process, in the order first met
+        #: by process id: 1 + its sums' place in ``acc`` (0: not met); the processes met
+        place = array("i", bytes(4 * len(self.table)))
+        met = array("q")
         lo, hi = 2**62, -(2**62)
         zero = [0] * HOST_WIDTH
         mpi = False  # MPI calls captured inside an occurrence of their own process
@@ -395,9 +397,11 @@ class HostTotals:
             found = self.instances.get(key, i)
             v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
                                                          found[HOST_WIDTH:].tolist())
-            row = at.get(key)
-            if row is None:
-                row = at[key] = len(acc)
+            row = place[key] - 1
+            if row < 0:
+                row = len(acc)
+                place[key] = row + 1
+                met.append(key)
                 acc.extend((0,) * 7)
             for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
                 acc[row + j] = max(acc[row + j], x) if j == 3 else acc[row + j] + x
@@ -405,8 +409,8 @@ class HostTotals:
 
         def samples() -> Iterator[tuple[int, HostSample]]:
             table = self.table
-            for k in table.in_key_order(at):
-                r = acc[at[k]:at[k] + 7]
+            for k in table.in_key_order(met):
+                r = acc[place[k] - 1:place[k] + 6]
                 yield k, HostSample(table.host(k), table.pid(k), self.rank(k), *r)
 
         return _rows_metrics(self, samples, lo, hi, mpi)

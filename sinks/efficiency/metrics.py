@@ -11,7 +11,8 @@ import numpy as np
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import Metrics
 
-__all__ = ["covered", "covered_pairs", "group_order", "job_metrics"]
+__all__ = ["covered", "covered_pairs", "exact_columns", "group_order", "job_metrics",
+           "job_metrics_of", "single_metrics"]
 
 log = get_logger(__name__)
 
@@ -20,6 +21,9 @@ log = get_logger(__name__)
 _PAIRS_IN_PYTHON = 256
 #: below this, sums of ns are exact in float64 and the metrics can be computed in plain Python
 _EXACT = 2**53
+#: columns whose values (and their pairwise sums) stay below this convert to float64 exactly:
+#: numpy then gives the same floats as Python's ints (``exact_columns``)
+_COLUMN_LIMIT = 2**52
 
 
 def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int,
@@ -54,6 +58,90 @@ def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int,
     pe = sum_u / (len(useful) * span_ns)
     return Metrics(load_balance=lb, communication_efficiency=ce, orchestration_efficiency=oe,
                    parallel_efficiency=pe)
+
+
+def exact_columns(span_ns: int, *columns: np.ndarray) -> bool:
+    """Whether int64 ``columns`` of n values can be summed in int64 and converted to float64
+    without a rounding Python's ints would not make: every value in [0, 2**52) and n times the
+    largest below 2**62 (their sums and the pairwise sums of two columns cannot overflow),
+    and ``span_ns`` below 2**52."""
+    if not 0 <= span_ns < _COLUMN_LIMIT:
+        return False
+    n = max((len(c) for c in columns), default=0)
+    if n == 0:
+        return True
+    lo = min(int(c.min()) for c in columns if len(c))
+    hi = max(int(c.max()) for c in columns if len(c))
+    return lo >= 0 and hi < min(_COLUMN_LIMIT, (1 << 62) // n)
+
+
+def job_metrics_of(useful: np.ndarray, comm: np.ndarray, span_ns: int,
+                   captured: np.ndarray) -> Metrics:
+    """``job_metrics`` of int64 columns (a record of thousands of devices): the same floats,
+    computed without a Python int or float a device; columns ``exact_columns`` refuses are
+    handed to ``job_metrics`` as lists."""
+    if not exact_columns(span_ns, useful, comm, captured):
+        return job_metrics(useful.tolist(), comm.tolist(), span_ns, captured.tolist())
+    n = len(useful)
+    if n and bool((captured != span_ns).any()):
+        if int(captured.max()) <= 0:
+            return _zero()
+        u, uc = _shares_of(useful, comm, captured)
+        max_u, max_uc, mean_u = float(u.max()), float(uc.max()), math.fsum(u) / n
+        return Metrics(load_balance=mean_u / max_u if max_u > 0 else 1.0,
+                       communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,
+                       orchestration_efficiency=max_uc, parallel_efficiency=mean_u)
+    if not n or span_ns <= 0:
+        return _zero()
+    total_u = int(useful.sum())
+    if total_u + int(comm.sum()) >= _EXACT:
+        return job_metrics(useful.tolist(), comm.tolist(), span_ns)
+    max_u, max_uc = float(int(useful.max())), float(int((useful + comm).max()))
+    mean_u, sum_u = float(total_u) / n, float(total_u)
+    return Metrics(load_balance=mean_u / max_u if max_u > 0 else 1.0,
+                   communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,
+                   orchestration_efficiency=max_uc / span_ns,
+                   parallel_efficiency=sum_u / (n * span_ns))
+
+
+def _zero() -> Metrics:
+    return Metrics(load_balance=0.0, communication_efficiency=0.0,
+                   orchestration_efficiency=0.0, parallel_efficiency=0.0)
+
+
+def _shares_of(useful: np.ndarray, comm: np.ndarray, captured: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``_shares``'s useful and useful + comm shares of each device's captured time (0.0 where
+    it captured none), as float64 columns."""
+    t = captured.astype(np.float64)
+    held = captured > 0
+    u = np.divide(useful.astype(np.float64), t, out=np.zeros(len(t)), where=held)
+    uc = np.divide((useful + comm).astype(np.float64), t, out=np.zeros(len(t)), where=held)
+    return u, uc
+
+
+def single_metrics(useful: np.ndarray, comm: np.ndarray, span_ns: int, captured: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``job_metrics`` of each device alone (``[u]``, ``[c]``, ``span_ns``, ``[t]``), as four
+    float64 columns (LB, CE, OE, PE): a record's groups of one device each (the ranks of a
+    job with one GPU a rank), without a call a device. The columns must be ``exact_columns``.
+
+    Alone, a device's mean is its maximum, so LB is 1 wherever the metrics are not all zero;
+    captured over the span its CE is u / (u + c) and OE, PE are (u + c) and u over the span,
+    captured over another time they are the shares' (``_shares``)."""
+    n = len(useful)
+    shared = captured != span_ns
+    u, uc = _shares_of(useful, comm, captured)
+    fu, fuc = useful.astype(np.float64), (useful + comm).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ce = np.where(shared, np.where(uc > 0, u / uc, 1.0), np.where(fuc > 0, fu / fuc, 1.0))
+        oe = np.where(shared, uc, fuc / span_ns if span_ns > 0 else 0.0)
+        pe = np.where(shared, u, fu / span_ns if span_ns > 0 else 0.0)
+    lb = np.ones(n)
+    zero = np.where(shared, captured <= 0, span_ns <= 0)
+    for col in (lb, ce, oe, pe):
+        col[zero] = 0.0
+    return lb, ce, oe, pe
 
 
 def _shares(useful: Sequence[int], comm: Sequence[int], captured: Sequence[int]) -> Metrics:

@@ -99,7 +99,7 @@ class PhaseInstances:
             return self._occ_names[pid].items()
         return () if nid < 0 else ((self._names[nid].name, self._occ_log.get(pid)),)
 
-    def _phase_processes(self) -> list[int]:
+    def _phase_processes(self) -> array[int]:
         """The ids of the processes with phase occurrences, in (host, pid) order."""
         return self._procs.in_key_order(
             p for p, nid in enumerate(self._occ_name) if nid != _NO_NAME)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 
+import numpy as np
+
 from prvstream.sinks.efficiency.devices import PairIndex
 from prvstream.sinks.hostnames import HostNames
 from prvstream.sinks.logger import get_logger
@@ -59,6 +61,13 @@ class ProcessTable:
     def pid(self, i: int) -> int:
         return self._pid[i]
 
-    def in_key_order(self, ids: Iterable[int]) -> list[int]:
-        """``ids`` sorted by their (host, pid)."""
-        return sorted(ids, key=lambda i: (self._hosts[self._hid[i]], self._pid[i]))
+    def in_key_order(self, ids: Iterable[int]) -> array[int]:
+        """``ids`` sorted by their (host, pid) (distinct ids): by numpy over the host names'
+        order and the pids, no key tuple a process."""
+        found = np.fromiter(ids, np.int64)
+        names = [self._hosts[h] for h in range(len(self._hosts))]
+        name_rank = np.empty(len(names), np.int64)
+        name_rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        hids = np.frombuffer(self._hid, np.dtype(f"i{self._hid.itemsize}"))[found]
+        pids = np.frombuffer(self._pid, np.dtype(f"i{self._pid.itemsize}"))[found]
+        return array("q", found[np.lexsort((pids, name_rank[hids]))].tobytes())

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 
 from prvstream.sinks.arrays import distinct
 from prvstream.sinks.efficiency.devices import DeviceTable
 from prvstream.sinks.efficiency.host import HostParts, HostTotals
-from prvstream.sinks.efficiency.metrics import covered_pairs, group_order, job_metrics
+from prvstream.sinks.efficiency.metrics import (
+    covered_pairs,
+    exact_columns,
+    group_order,
+    job_metrics,
+    job_metrics_of,
+    single_metrics,
+)
 from prvstream.sinks.efficiency.parts import (
     COMM,
     GAP_NS,
@@ -143,7 +151,8 @@ class RecordViews:
         ws, we = k * w, (k + 1) * w
         js, je = self._span if self._span else (ws, we)
         devices = self._devices
-        present = [i for i in range(len(devices)) if _meets(devices.span_log(i), ws, we)]
+        present = _device_ids(i for i in range(len(devices))
+                              if _meets(devices.span_log(i), ws, we))
         slot = self._window_slots.get(k, -1)
         draft = self._record("window", max(ws, js), min(we, je), present,
                              lambda g: self._dev_windows.get(g, slot) if slot >= 0 else None,
@@ -152,11 +161,11 @@ class RecordViews:
         draft.host_metrics(self._host.metrics(k))
         return draft.encoded()
 
-    def _present(self, processes: Iterable[int]) -> list[int]:
-        out: list[int] = []
+    def _present(self, processes: Iterable[int]) -> list[int] | array[int]:
+        out = array("q")
         for p in processes:
-            out += self._devices.of_process(self._procs.key(p))
-        return out
+            out += array("q", self._devices.of_process(self._procs.key(p)))
+        return _device_ids(out)
 
     def _phase(self, i: int) -> EncodedRecord:
         procs = [p for p, has in enumerate(self._has) if i < len(has) and has[i]]
@@ -279,8 +288,8 @@ class _Columns(MadeSequence[DeviceRow]):
             return job_metrics([v[USEFUL] for v in values], [v[COMM] for v in values], span,
                                captured)
         at = slice(None) if rows is None else rows
-        return job_metrics(self.values[at, USEFUL].tolist(), self.values[at, COMM].tolist(),
-                           span, self.captured[at].tolist())
+        return job_metrics_of(self.values[at, USEFUL], self.values[at, COMM], span,
+                              self.captured[at])
 
     def grouped(self, keys: Iterable[str]) -> _Groups:
         """Each row's group (a host, a rank) by ``keys``: the groups' (name, code) in
@@ -299,24 +308,95 @@ class _Columns(MadeSequence[DeviceRow]):
         order_a = np.argsort(of_a, kind="stable")
         return _named(codes), order_a, np.searchsorted(of_a[order_a], np.arange(len(codes) + 1))
 
+    def rank_grouped(self) -> _Groups:
+        """``grouped`` by each device's rank (``DeviceTable.group_key``). A big record's
+        ranked devices are grouped by their ranks in numpy and named as each group is read:
+        no text, tuple or dict entry a rank for a job of thousands."""
+        table = self.table
+        if self._small:
+            return self.grouped(map(table.group_key, self.gids))
+        gids = np.array(self.gids, np.int64)
+        ranks, has = table.ranks_of(gids)
+        ranked, others = np.flatnonzero(has), np.flatnonzero(~has)
+        values, inverse = np.unique(ranks[ranked], return_inverse=True)
+        codes = np.empty(len(gids), np.int64)
+        codes[ranked] = inverse
+        # the rest are named host:pid, which no number parses: after every rank, by name
+        keys = [table.group_key(g) for g in gids[others].tolist()]
+        names = sorted(set(keys))
+        at = {name: len(values) + j for j, name in enumerate(names)}
+        codes[others] = [at[key] for key in keys]
+        order = np.argsort(codes, kind="stable")
+        return (_RankNames(values, names), order,
+                np.searchsorted(codes[order], np.arange(len(values) + len(names) + 1)))
+
     def groups(self, grouped: _Groups, span: int) -> Iterator[GroupRow]:
-        """One row per group: its devices' sums and metrics."""
+        """One row per group: its devices' sums and metrics (a big record's groups of one
+        device, ``ROWS_AT_ONCE`` at a time, by ``single_metrics``)."""
         named, order, bounds = grouped
-        for name, c in named:
-            rows = order[bounds[c]:bounds[c + 1]]
-            if self._small:
-                values = self._listed()[0]
-                useful = sum(values[j][USEFUL] for j in rows)
-                comm = sum(values[j][COMM] for j in rows)
-            else:
-                useful = int(self.values[rows, USEFUL].sum())
-                comm = int(self.values[rows, COMM].sum())
-            yield GroupRow(name=name, devices=len(rows), useful_ns=useful, comm_ns=comm,
-                           metrics=self.metrics(rows, span))
+        if self._small:
+            values = self._listed()[0]
+            for name, c in named:
+                rows = order[bounds[c]:bounds[c + 1]]
+                yield GroupRow(name=name, devices=len(rows),
+                               useful_ns=sum(values[j][USEFUL] for j in rows),
+                               comm_ns=sum(values[j][COMM] for j in rows),
+                               metrics=self.metrics(rows, span))
+            return
+        lo_hi = np.asarray(bounds)
+        exact = exact_columns(span, self.values[:, USEFUL], self.values[:, COMM], self.captured)
+        named_in = iter(named)
+        while chunk := list(islice(named_in, encoded.ROWS_AT_ONCE)):
+            codes = np.fromiter((c for _, c in chunk), np.int64, len(chunk))
+            lo = lo_hi[codes]
+            alone = (lo_hi[codes + 1] - lo == 1) & exact
+            rows = np.asarray(order)[lo[alone]]
+            u, c = self.values[rows, USEFUL], self.values[rows, COMM]
+            made = zip(u.tolist(), c.tolist(),
+                       *(m.tolist() for m in single_metrics(u, c, span, self.captured[rows])),
+                       strict=True)
+            for (name, code), one in zip(chunk, alone.tolist(), strict=True):
+                if one:
+                    useful, comm, lb, ce, oe, pe = next(made)
+                    yield GroupRow(name=name, devices=1, useful_ns=useful, comm_ns=comm,
+                                   metrics=Metrics(load_balance=lb, communication_efficiency=ce,
+                                                   orchestration_efficiency=oe,
+                                                   parallel_efficiency=pe))
+                    continue
+                at = order[bounds[code]:bounds[code + 1]]
+                yield GroupRow(name=name, devices=len(at),
+                               useful_ns=int(self.values[at, USEFUL].sum()),
+                               comm_ns=int(self.values[at, COMM].sum()),
+                               metrics=self.metrics(at, span))
 
 
-#: ``_Columns.grouped``
-_Groups = tuple[list[tuple[str, int]], list[int] | np.ndarray, list[int] | np.ndarray]
+class _RankNames:
+    """A big record's rank groups' (name, code) in group order, named as they are read: the
+    ranks (ascending: numbers sort by value) then the host:pid names of devices without one."""
+
+    def __init__(self, ranks: np.ndarray, names: list[str]) -> None:
+        self._ranks = ranks
+        self._names = names
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        n = len(self._ranks)
+        for lo in range(0, n, encoded.ROWS_AT_ONCE):
+            for code, rank in enumerate(self._ranks[lo:lo + encoded.ROWS_AT_ONCE].tolist(), lo):
+                yield str(rank), code
+        for code, name in enumerate(self._names, n):
+            yield name, code
+
+
+#: ``_Columns.grouped``: the groups' (name, code) in ``group_order``, the rows sorted by code
+#: (stable) and each code's bounds in them
+_Groups = tuple[Iterable[tuple[str, int]], list[int] | np.ndarray, list[int] | np.ndarray]
+
+
+def _device_ids(found: Iterable[int]) -> list[int] | array[int]:
+    """A record's device ids: a list while few (``_in_rank_order`` sorts them in Python),
+    else an array (no Python int a device)."""
+    ids = found if isinstance(found, array) else array("q", found)
+    return ids.tolist() if len(ids) <= encoded.ROWS_AT_ONCE else ids
 
 
 def _meets(spans: array[int], start: int, end: int) -> bool:
@@ -336,9 +416,6 @@ class _Draft:
         self.head = head
         self._cols = cols
         self._span = span
-        table = cols.table
-        self._hosts = cols.grouped(map(table.host, cols.gids))
-        self._ranks = cols.grouped(map(table.group_key, cols.gids))
         self._host_rows: Callable[[], Iterator[HostRow]] | None = None
 
     def host_metrics(self, found: HostParts | None) -> None:
@@ -349,8 +426,9 @@ class _Draft:
         h, cols, span = self.head, self._cols, self._span
         fields: list[ListField] = [
             (b"devices", b"hosts", lambda: iter(cols)),
-            (b"hosts", b"ranks", lambda: cols.groups(self._hosts, span)),
-            (b"ranks", b"window_ns", lambda: cols.groups(self._ranks, span))]
+            (b"hosts", b"ranks",
+             lambda: cols.groups(cols.grouped(map(cols.table.host, cols.gids)), span)),
+            (b"ranks", b"window_ns", lambda: cols.groups(cols.rank_grouped(), span))]
         if self._host_rows is not None:
             fields.append((b"hosts", b"process_offload_efficiency", self._host_rows))
         return EncodedRecord(h.view, h.name, h.index, h.start_ns,

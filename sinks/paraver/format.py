@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -57,6 +57,7 @@ __all__ = [
     "row_from_parts",
     "row_label",
     "row_line",
+    "row_pieces",
     "row_text",
     "sanitize_label",
     "sanitize_once",
@@ -341,17 +342,26 @@ def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                           "".join(n + "\n" for names in threads for n in names).encode())
 
 
-def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes | bytearray,
-                   threads: int, thread_lines: bytes | bytearray) -> bytes:
+def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes, threads: int,
+                   thread_lines: bytes) -> bytes:
     """The .row file with every task's and every thread's name already sanitized, encoded
-    and newline-ended, each level's in one buffer in order (a live trace keeps them so
-    between appends: no string a task); ``tasks`` and ``threads`` count them."""
+    and newline-ended, each level's in one buffer in order (``row_pieces`` joined)."""
+    return b"".join(row_pieces(nodes, tasks, (task_lines,), threads, (thread_lines,)))
+
+
+def row_pieces(nodes: Sequence[str], tasks: int, task_lines: Iterable[bytes], threads: int,
+               thread_lines: Iterable[bytes]) -> Iterator[bytes]:
+    """The .row file in pieces, every task's and thread's name sanitized, encoded and
+    newline-ended in ``task_lines`` and ``thread_lines`` (pieces in order: a live trace keeps
+    them so between appends, no string a task); ``tasks`` and ``threads`` count them."""
     nodes = nodes or ["node"]
     out = [f"LEVEL CPU SIZE {len(nodes)}"]
     out += [f"CPU {i}.1 {n}" for i, n in enumerate(nodes, 1)]
     out += ["", f"LEVEL NODE SIZE {len(nodes)}", *nodes]
     out += ["", f"LEVEL TASK SIZE {tasks}"]
-    return b"".join(((("\n".join(out) + "\n").encode()), task_lines,
-                     f"\nLEVEL THREAD SIZE {threads}\n".encode(), thread_lines))
+    yield ("\n".join(out) + "\n").encode()
+    yield from task_lines
+    yield f"\nLEVEL THREAD SIZE {threads}\n".encode()
+    yield from thread_lines
 
 

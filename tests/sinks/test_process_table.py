@@ -30,6 +30,6 @@ def test_ids_are_the_order_first_added_and_found_again(keys: list[tuple[str, int
         for key, i in ids.items():
             assert table.find(*key) == i and table.key(i) == key
         assert table.find("nohost", 1) is None
-        assert table.in_key_order(ids.values()) == [ids[k] for k in sorted(ids)]
+        assert list(table.in_key_order(ids.values())) == [ids[k] for k in sorted(ids)]
     finally:
         devices._RECENT = saved

@@ -82,8 +82,9 @@ class SpillBuffer:
 
     def pieces(self) -> Iterator[bytes]:
         """Every byte, in order: a copy of the in-memory bytes while not spilled (at most
-        ``spill_at`` where the buffer has a folder), then ``PIECE`` bytes at a time from the file (a job of thousands of tasks
-        publishes its ``.row`` without holding its lines twice)."""
+        ``spill_at`` where the buffer has a folder), then ``PIECE`` bytes at a time from the
+        file (a job of thousands of tasks publishes its ``.row`` without holding its lines
+        twice)."""
         if self._fd < 0:
             yield bytes(self._mem)
             return

@@ -4,9 +4,9 @@ and the rate reports and records land at (over the last minute)."""
 from __future__ import annotations
 
 import collections
+import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 __all__ = ["JobFlow"]
 
@@ -16,23 +16,25 @@ _WINDOW_S = 60.0
 
 @dataclass
 class JobFlow:
-    """When each waiting report became ready, and when recent ones landed."""
+    """When each waiting report became ready (by its path's text), and when recent ones
+    landed."""
 
-    _ready: dict[Path, float] = field(default_factory=dict)
+    _ready: dict[str, float] = field(default_factory=dict)
     _landed: collections.deque[tuple[float, int]] = field(default_factory=collections.deque)
 
-    def ready(self, path: Path, now: float | None = None) -> None:
-        self._ready.setdefault(path, time.monotonic() if now is None else now)
+    def ready(self, path: str | os.PathLike[str], now: float | None = None) -> None:
+        self._ready.setdefault(os.fspath(path), time.monotonic() if now is None else now)
 
-    def landed(self, path: Path, records: int, now: float | None = None) -> None:
+    def landed(self, path: str | os.PathLike[str], records: int, now: float | None = None
+               ) -> None:
         """``path`` is in the trace (or will never be: ``records`` 0 and set aside)."""
         now = time.monotonic() if now is None else now
         self.gone(path)
         if records:
             self._landed.append((now, records))
 
-    def gone(self, path: Path) -> None:
-        self._ready.pop(path, None)
+    def gone(self, path: str | os.PathLike[str]) -> None:
+        self._ready.pop(os.fspath(path), None)
         if not self._ready:  # a drained flood's table goes with it (a dict never shrinks)
             self._ready = {}
 

@@ -144,6 +144,9 @@ class EfficiencyState(msgspec.Struct, kw_only=True):
 
 
 _ENC = msgspec.msgpack.Encoder()
+#: a device's or process's table of at most this many rows is made in Python: a checkpoint
+#: makes a few a device, most of one or two rows, where numpy's calls cost more than the work
+_FEW_ROWS = 16
 
 
 @cache
@@ -167,11 +170,23 @@ def _table(keys: np.ndarray, values: np.ndarray) -> Rows:
     """Rows with nonzero values, sorted by key (duplicate keys summed)."""
     if not len(keys):
         return Rows()
+    if len(keys) <= _FEW_ROWS:
+        by_key: dict[int, list[int]] = {}
+        for k, row in zip(keys.tolist(), values.tolist(), strict=True):
+            held = by_key.get(k)
+            by_key[k] = row if held is None else [a + b for a, b in zip(held, row, strict=True)]
+        return _kept_rows(sorted(by_key.items()))
     uk, inv = np.unique(keys, return_inverse=True)
     summed = np.zeros((len(uk), WIDTH), np.int64)
     np.add.at(summed, inv, values)
     nz = summed.any(axis=1)
     return Rows(uk[nz].tolist(), summed[nz].ravel().tolist())
+
+
+def _kept_rows(rows: Iterable[tuple[int, list[int]]]) -> Rows:
+    """``Rows`` of (key, row) pairs in key order, rows of zeros left out."""
+    kept = [(k, row) for k, row in rows if any(row)]
+    return Rows([k for k, _ in kept], [x for _, row in kept for x in row])
 
 
 def _arrays(rows: Rows) -> tuple[np.ndarray, np.ndarray]:
@@ -268,7 +283,7 @@ def _device_states(m: EfficiencyModel) -> Iterator[DeviceState]:
         ids, tab = m._dev_instances.rows(gid)
         if len(ids):
             nids = m._i_name[ids]
-            for nid in np.unique(nids, return_counts=True)[0].tolist():  # counts: no numpy.ma
+            for nid in sorted(set(nids.tolist())):
                 sel = ids[nids == nid]
                 instances[m._names[nid].name] = _table(m._i_occ[sel], tab[nids == nid])
         nids, named = m._dev_names.rows(gid)
@@ -299,6 +314,10 @@ def _host_states(m: EfficiencyModel) -> Iterator[HostState]:
 def _halves(keys: np.ndarray, rows: np.ndarray) -> tuple[Rows, Rows]:
     """A process's rows and its threads' (``HOST_WIDTH`` columns each), rows of zeros left
     out."""
+    if len(keys) <= _FEW_ROWS:
+        ks, rs = keys.tolist(), rows.tolist()
+        return (_kept_rows((k, r[:HOST_WIDTH]) for k, r in zip(ks, rs, strict=True)),
+                _kept_rows((k, r[HOST_WIDTH:]) for k, r in zip(ks, rs, strict=True)))
     out = []
     for half in (rows[:, :HOST_WIDTH], rows[:, HOST_WIDTH:]):
         nz = half.any(axis=1)

@@ -74,12 +74,6 @@ class SpillBuffer:
         self._mem = bytearray()
         log.debug("row_lines_spilled", bytes=self._size)
 
-    def value(self) -> bytes | bytearray:
-        """Every byte, in order (the in-memory buffer itself while not spilled)."""
-        if self._fd < 0:
-            return self._mem
-        return read_at(self._fd, self._size, 0)
-
     def pieces(self) -> Iterator[bytes]:
         """Every byte, in order: a copy of the in-memory bytes while not spilled (at most
         ``spill_at`` where the buffer has a folder), then ``PIECE`` bytes at a time from the
@@ -178,10 +172,6 @@ class Published:
         self._catch_up()
         return pv.header_from_parts(len(self._nodes), self._header_tasks, end_time,
                                     origin_wall_ns, capacity)
-
-    def row(self) -> bytes:
-        """The ``.row`` (``row_pieces`` joined)."""
-        return b"".join(self.row_pieces())
 
     def row_pieces(self) -> Iterator[bytes]:
         """The ``.row`` in pieces (``pv.row_pieces``), its lines read as they are written."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from prvstream.sinks.logger import get_logger
-from prvstream.sinks.summary.records import Metrics
+from prvstream.sinks.summary.records import Metrics, zero_metrics
 
 __all__ = ["covered", "covered_pairs", "exact_columns", "group_order", "job_metrics",
            "job_metrics_of", "single_metrics"]
@@ -38,8 +38,7 @@ def job_metrics(useful: Sequence[int], comm: Sequence[int], span_ns: int,
     if captured is not None and any(t != span_ns for t in captured):
         return _shares(useful, comm, captured)
     if not useful or span_ns <= 0:
-        return Metrics(load_balance=0.0, communication_efficiency=0.0,
-                       orchestration_efficiency=0.0, parallel_efficiency=0.0)
+        return zero_metrics()
     total_u = sum(useful)
     if total_u + sum(comm) < _EXACT:
         # every value and partial sum is an exact float64: the same numbers numpy gives
@@ -85,14 +84,14 @@ def job_metrics_of(useful: np.ndarray, comm: np.ndarray, span_ns: int,
     n = len(useful)
     if n and bool((captured != span_ns).any()):
         if int(captured.max()) <= 0:
-            return _zero()
+            return zero_metrics()
         u, uc = _shares_of(useful, comm, captured)
         max_u, max_uc, mean_u = float(u.max()), float(uc.max()), math.fsum(u) / n
         return Metrics(load_balance=mean_u / max_u if max_u > 0 else 1.0,
                        communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,
                        orchestration_efficiency=max_uc, parallel_efficiency=mean_u)
     if not n or span_ns <= 0:
-        return _zero()
+        return zero_metrics()
     total_u = int(useful.sum())
     if total_u + int(comm.sum()) >= _EXACT:
         return job_metrics(useful.tolist(), comm.tolist(), span_ns)
@@ -102,11 +101,6 @@ def job_metrics_of(useful: np.ndarray, comm: np.ndarray, span_ns: int,
                    communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,
                    orchestration_efficiency=max_uc / span_ns,
                    parallel_efficiency=sum_u / (n * span_ns))
-
-
-def _zero() -> Metrics:
-    return Metrics(load_balance=0.0, communication_efficiency=0.0,
-                   orchestration_efficiency=0.0, parallel_efficiency=0.0)
 
 
 def _shares_of(useful: np.ndarray, comm: np.ndarray, captured: np.ndarray
@@ -150,8 +144,7 @@ def _shares(useful: Sequence[int], comm: Sequence[int], captured: Sequence[int])
     uc = [(x + y) / t if t > 0 else 0.0
           for x, y, t in zip(useful, comm, captured, strict=True)]
     if not u or max(captured) <= 0:
-        return Metrics(load_balance=0.0, communication_efficiency=0.0,
-                       orchestration_efficiency=0.0, parallel_efficiency=0.0)
+        return zero_metrics()
     max_u, max_uc, mean_u = max(u), max(uc), math.fsum(u) / len(u)
     return Metrics(load_balance=mean_u / max_u if max_u > 0 else 1.0,
                    communication_efficiency=max_u / max_uc if max_uc > 0 else 1.0,

@@ -343,14 +343,14 @@ class _Columns(MadeSequence[DeviceRow]):
                                comm_ns=sum(values[j][COMM] for j in rows),
                                metrics=self.metrics(rows, span))
             return
-        lo_hi = np.asarray(bounds)
+        lo_hi, rows_in_order = np.asarray(bounds), np.asarray(order)
         exact = exact_columns(span, self.values[:, USEFUL], self.values[:, COMM], self.captured)
         named_in = iter(named)
         while chunk := list(islice(named_in, encoded.ROWS_AT_ONCE)):
             codes = np.fromiter((c for _, c in chunk), np.int64, len(chunk))
             lo = lo_hi[codes]
             alone = (lo_hi[codes + 1] - lo == 1) & exact
-            rows = np.asarray(order)[lo[alone]]
+            rows = rows_in_order[lo[alone]]
             u, c = self.values[rows, USEFUL], self.values[rows, COMM]
             made = zip(u.tolist(), c.tolist(),
                        *(m.tolist() for m in single_metrics(u, c, span, self.captured[rows])),

@@ -53,7 +53,6 @@ __all__ = [
     "header_task",
     "pcf_text",
     "rewrite_header",
-    "row_from_lines",
     "row_from_parts",
     "row_label",
     "row_line",
@@ -337,16 +336,9 @@ def row_text(layout: TraceLayout) -> str:
 def row_from_parts(nodes: Sequence[str], tasks: Sequence[str],
                    threads: Sequence[Sequence[str]]) -> bytes:
     """The .row file from names already sanitized: nodes, tasks, each task's threads."""
-    return row_from_lines(nodes, len(tasks), "".join(t + "\n" for t in tasks).encode(),
-                          sum(len(t) for t in threads),
-                          "".join(n + "\n" for names in threads for n in names).encode())
-
-
-def row_from_lines(nodes: Sequence[str], tasks: int, task_lines: bytes, threads: int,
-                   thread_lines: bytes) -> bytes:
-    """The .row file with every task's and every thread's name already sanitized, encoded
-    and newline-ended, each level's in one buffer in order (``row_pieces`` joined)."""
-    return b"".join(row_pieces(nodes, tasks, (task_lines,), threads, (thread_lines,)))
+    return b"".join(row_pieces(nodes, len(tasks), ("".join(t + "\n" for t in tasks).encode(),),
+                               sum(len(t) for t in threads),
+                               ("".join(n + "\n" for names in threads for n in names).encode(),)))
 
 
 def row_pieces(nodes: Sequence[str], tasks: int, task_lines: Iterable[bytes], threads: int,

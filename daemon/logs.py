@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Mapping, MutableMapping
 from types import TracebackType
 from typing import Any, TextIO
@@ -105,6 +104,8 @@ class PersonsLines:
         event_dict: dict[str, Any] = {**kw, "event": event, "level": method}
         exc_info = _exc_info(event_dict.pop("exc_info", None))
         if exc_info is not None:
+            import traceback  # only with an exception to show
+
             event_dict["exception"] = "".join(
                 traceback.format_exception(*exc_info)).removesuffix("\n")
         self._out.write(human_line(None, method, event_dict) + "\n")

@@ -78,8 +78,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it (``COLUMNS``, then the
+    terminal of standard output, then 80), without importing ``shutil``: argparse imports it
+    for every parser it builds, and it loads ``bz2``, ``lzma`` and ``zlib`` with it."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Every option's help ends with its default, when it has one worth showing."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _terminal_columns() - 2 if width is None else width)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

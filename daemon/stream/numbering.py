@@ -11,7 +11,6 @@ A live numbering only ever appends, so published ids never change.
 from __future__ import annotations
 
 import sys
-import unicodedata
 from collections.abc import Iterable
 
 import msgspec
@@ -45,6 +44,8 @@ def clean_label(text: str) -> str:
     (runs of them by one); text that needs nothing comes back as it is."""
     if text.isprintable():
         return text
+    import unicodedata  # only here: nearly every label is printable
+
     out: list[str] = []
     for ch in text:
         if unicodedata.category(ch) in _UNWRITTEN:

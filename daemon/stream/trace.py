@@ -6,7 +6,6 @@ conversion, scale-out and the live trace's rewrites (compaction, finalize) share
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -349,7 +348,8 @@ def _merged_by_helper(helper: BatchHelper, streams: list[Stream], fan_in: int,
     """Our reports merged into run files, then the helper's final merge of its runs and
     ours written into ``fh`` after the placeholder (by the helper, through the file's path),
     while ``meanwhile`` runs here; (records, end time)."""
-    import tempfile  # a batch's helper process only
+    import shutil  # a batch's helper process only
+    import tempfile
 
     scratch = Path(tempfile.mkdtemp(prefix="prvstream-merge-"))
     try:

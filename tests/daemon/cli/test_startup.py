@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from prvstream.daemon import config
 from prvstream.daemon.cli import main as cli_main
 
@@ -83,13 +85,17 @@ def test_small_convert_skips_masked_arrays_and_toml(real_data_dir: Path,
 #: dataclasses (the core's record types are msgspec Structs: a class costs 20 us, not 0.5 ms),
 #: the batch helper process's machinery (``stream.helper`` with ``signal``: only a batch
 #: of many reports forks one), the in-order replay of several reports (``stream.spool``) and
-#: the terminal's progress line (``progress``: on a terminal only), and ``tempfile`` with
-#: ``random`` (the scratch files are made without it: ``sinks.scratch.unnamed_file``)
+#: the terminal's progress line (``progress``: on a terminal only), ``tempfile`` with
+#: ``random`` (the scratch files are made without it: ``sinks.scratch.unnamed_file``),
+#: ``shutil`` with the compression modules it loads (argparse's help width comes from
+#: ``cli.main._terminal_columns``), ``traceback`` (a log line with an exception only) and
+#: ``unicodedata`` (a label that is not printable only)
 _NOT_ON_THE_CONVERT_PATH = (
     "asyncio", "anyio", "aiofiles", "watchdog", "structlog", "distributed", "dask", "html",
     "subprocess", "dataclasses", "tomllib", "numpy.ma", "signal",
     "prvstream.daemon.stream.helper", "prvstream.daemon.stream.spool",
-    "prvstream.daemon.progress", "tempfile", "random",
+    "prvstream.daemon.progress", "tempfile", "random", "shutil", "bz2", "lzma", "traceback",
+    "unicodedata",
     "prvstream.daemon.live", "prvstream.daemon.service", "prvstream.daemon.scale",
     "prvstream.daemon.synthetic", "prvstream.sinks.report", "prvstream.daemon.nsys.reader",
     "prvstream.daemon.nsys.exporter", "prvstream.daemon.nsys.locate",
@@ -241,3 +247,20 @@ def test_numpy_loads_even_where_it_needs_its_docstring_cleaners() -> None:
                           text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["3", "True"], proc.stdout
+
+
+def test_help_width_is_the_one_shutil_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_terminal_columns`` answers as ``shutil.get_terminal_size`` does (``COLUMNS``, the
+    terminal, then 80), so help text wraps where argparse's own formatter wraps it."""
+    import argparse
+    import shutil
+
+    for columns in ("57", "0", "-3", "wide", None):
+        if columns is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", columns)
+        assert cli_main._terminal_columns() == shutil.get_terminal_size().columns, columns
+        ours = cli_main._HelpFormatter("prvstream")
+        assert ours._width == argparse.HelpFormatter("prvstream")._width, columns
+    assert cli_main._HelpFormatter("prvstream", width=40)._width == 40

@@ -19,6 +19,13 @@ import numpy as np
 
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
+from prvstream.sinks.efficiency.hostcolumns import (
+    TIMES,
+    HostColumns,
+    parse_logs,
+    thread_sums,
+    union_lengths,
+)
 from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_metrics, host_row
 from prvstream.sinks.efficiency.hostwindows import HostWindows
 from prvstream.sinks.efficiency.metrics import covered
@@ -357,6 +364,9 @@ class HostTotals:
         time). None when no host process was captured there."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
+        found = self._columns(start, end, window)
+        if found is not None:
+            return _columns_metrics(self, *found)
         zero = [0] * _SUMS
 
         def samples() -> Iterator[tuple[int, HostSample]]:
@@ -373,6 +383,39 @@ class HostTotals:
                                     sum(1 for x in each if x > 0), sum(each), v[2], v[3])
 
         return _rows_metrics(self, samples, start, end)
+
+    def _columns(self, start: int, end: int, window: int | None
+                 ) -> tuple[HostColumns, bool] | None:
+        """Every host process's sample over [start, end) (``metrics``'s, of ``window`` or of
+        the whole job) as columns, and whether any of those sampled has MPI calls there;
+        None where the columns cannot give ``metrics``'s exact values (then it samples a
+        process at a time)."""
+        order = np.frombuffer(self.in_key_order(), np.int64)
+        n = len(order)
+        if not n:
+            return None
+        with self.logs.segments(order) as (data, first, size):
+            if window is None:
+                sums = data[first[:, None] + np.arange(_SUMS)]
+            owner, lo, hi, tag = parse_logs(data, first, size, _SUMS)
+        if window is not None:
+            sums = self.windows.rows_of(window, order)
+        if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
+            return None
+        own = tag == SPAN
+        captured = union_lengths(owner[own], lo[own], hi[own], n, start, end)
+        threads = thread_sums(owner, tag, lo, hi, n, start, end)
+        if threads is None:
+            return None
+        count, thread_captured = threads
+        keep = (captured > 0) | (count > 0)
+        mpi = (tag == MPI_SPAN) & keep[owner]
+        any_mpi = bool(np.any(np.minimum(hi[mpi], end) > np.maximum(lo[mpi], start)))
+        cols = HostColumns(ids=order[keep], captured=captured[keep], runtime=sums[keep, 0],
+                           mpi=sums[keep, 1], threads=count[keep],
+                           thread_captured=thread_captured[keep],
+                           thread_runtime=sums[keep, 2], thread_mpi=sums[keep, 3])
+        return (cols, any_mpi) if cols.exact() else None
 
     def phase_metrics(self, occurrences: Iterable[tuple[int, int, int, int]]
                       ) -> HostParts | None:
@@ -427,6 +470,24 @@ def _phases(rows: SharedRows, proc: int, col: int,
     nz = inside > 0
     if nz.any():
         rows.add(proc, r[nz, 2], inside[nz], col)
+
+
+def _columns_metrics(totals: HostTotals, cols: HostColumns, any_mpi: bool
+                     ) -> HostParts | None:
+    """``_rows_metrics`` of the sampled processes' columns: the sums from the columns, the
+    rows made from them again at each pass, ``ROWS_AT_ONCE`` at a time."""
+    if not len(cols):
+        return None
+    sums = HostSums.of_columns(cols.captured, cols.runtime, cols.mpi, cols.thread_captured,
+                               cols.thread_runtime, cols.thread_mpi)
+
+    def rows() -> Iterator[HostRow]:
+        table, at_once = totals.table, encoded.ROWS_AT_ONCE
+        for lo in range(0, len(cols), at_once):
+            for i, *values in cols.sample_rows(lo, lo + at_once):
+                yield host_row((table.host(i), table.pid(i), totals.rank(i), *values))
+
+    return sums.metrics(any_mpi, []), rows
 
 
 def _rows_metrics(totals: HostTotals, rows: Callable[[], Iterable[tuple[int, HostSample]]],

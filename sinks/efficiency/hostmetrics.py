@@ -9,6 +9,8 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.summary.records import HostMetrics, HostRow
 
@@ -57,6 +59,24 @@ class HostSums:
         self.count = self.thread_useful = self.thread_runtime = self.useful = self.runtime = 0
         #: each captured process's useful share of its captured time, in row order
         self.shares = array("d")
+
+    @classmethod
+    def of_columns(cls, captured: np.ndarray, runtime: np.ndarray, mpi: np.ndarray,
+                   thread_captured: np.ndarray, thread_runtime: np.ndarray,
+                   thread_mpi: np.ndarray) -> HostSums:
+        """``add`` of every row ``host_row`` makes of these columns (int64, each value
+        within 2**52: the sums are Python's integers, the shares its divisions)."""
+        out = cls()
+        out.count = len(captured)
+        out.thread_useful = sum(np.maximum(thread_captured - thread_runtime - thread_mpi, 0)
+                                .tolist())
+        out.thread_runtime = sum(thread_runtime.tolist())
+        seen = captured > 0
+        useful = np.maximum(captured - runtime - mpi, 0)[seen]
+        out.useful = sum(useful.tolist())
+        out.runtime = sum(runtime[seen].tolist())
+        out.shares.frombytes((useful / captured[seen]).tobytes())
+        return out
 
     def add(self, r: HostRow) -> None:
         self.count += 1

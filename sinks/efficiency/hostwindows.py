@@ -102,6 +102,28 @@ class HostWindows:
         r = self._find(code)
         return None if r is None else self._rows[r].tolist()
 
+    def rows_of(self, window: int, procs: np.ndarray) -> np.ndarray:
+        """The rows of ``window`` of processes ``procs`` (int64), zeros for those without
+        one: ``get`` of each, at once."""
+        out = np.zeros((len(procs), self.width), np.int64)
+        if self._base is None or not len(procs):
+            return out
+        self._merge()
+        d = window - self._base
+        if -_HALF <= d < _HALF and len(self._codes):
+            fits = (procs >= 0) & (procs < 1 << _PROC_BITS)
+            codes = np.int64(d) << np.int64(_PROC_BITS) | procs
+            at = np.minimum(np.searchsorted(self._codes, codes), len(self._codes) - 1)
+            found = fits & (self._codes[at] == codes)
+            out[found] = self._rows[at[found]]
+        if self._wide:
+            where = {p: j for j, p in enumerate(procs.tolist())}
+            for (k, p), row in self._wide.items():
+                j = where.get(p)
+                if k == window and j is not None:
+                    out[j] = row
+        return out
+
     def by_process(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every row's process id and window (sorted by both), and the rows in that order."""
         self._merge()

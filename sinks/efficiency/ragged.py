@@ -4,7 +4,10 @@ process of a model logs a few values of per report, without an ``array`` object 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
 
 from prvstream.sinks.logger import get_logger
 from prvstream.sinks.narrowcols import extended, set_item
@@ -51,6 +54,20 @@ class Ragged:
         """The owner's values (a copy)."""
         s = self._start[owner]
         return self._data[s:s + self._size[owner]]
+
+    @contextmanager
+    def segments(self, owners: np.ndarray
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Every value as one int64 array, and where each of ``owners``' values start in it
+        and how many they are (int64 arrays). The values are a view, for the block only: no
+        owner may grow while it is held (``array`` refuses to resize an exported buffer)."""
+        starts = np.frombuffer(self._start, np.dtype(self._start.typecode))[owners]
+        sizes = np.frombuffer(self._size, np.dtype(self._size.typecode))[owners]
+        data = np.frombuffer(self._data, np.int64)
+        try:
+            yield data, starts.astype(np.int64), sizes.astype(np.int64)
+        finally:
+            del data
 
     def size(self, owner: int) -> int:
         """How many values the owner has."""

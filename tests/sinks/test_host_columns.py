@@ -1,0 +1,114 @@
+"""A record's host processes sampled as columns (``HostTotals._columns``, ``hostcolumns``)
+give the metrics and rows that sampling one process at a time gives: processes with several
+spans, overlapping and outside the interval, threads captured over several spans, MPI spans,
+window rows (packed and wide), and values past float64's exact integers (where the columns
+give way to the one-at-a-time path)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prvstream.sinks.efficiency import hostcolumns
+from prvstream.sinks.efficiency.host import MPI_SPAN, SPAN, HostTotals
+from prvstream.sinks.efficiency.metrics import covered
+
+#: times: near a small origin (overlaps and window edges) or near today's wall clock in ns
+_BASE = st.sampled_from([0, 1_735_689_600_000_000_000])
+_NS = st.one_of(st.integers(0, 300), st.integers(0, 10**12), st.integers(2**52 - 5, 2**53 + 10))
+WINDOW = 100
+
+
+@st.composite
+def _totals(draw: st.DrawFn) -> tuple[HostTotals, list[int]]:
+    base = draw(_BASE)
+    totals = HostTotals(WINDOW)
+    windows: set[int] = set()
+    for pid in draw(st.lists(st.integers(1, 30), max_size=12, unique=True)):
+        host = draw(st.sampled_from(["n0", "n1", "a-very-long-host"]))
+        i = totals.process(host, pid, draw(st.one_of(st.none(), st.integers(0, 8))))
+        sums = draw(st.lists(_NS, min_size=4, max_size=4))
+        totals.logs.set_at(i, 0, sums)
+        for _ in range(draw(st.integers(0, 4))):
+            s = base + draw(st.integers(-50, 400))
+            e = s + draw(st.integers(-5, 200))
+            tags = draw(st.lists(st.one_of(st.just(SPAN), st.just(MPI_SPAN),
+                                           st.integers(0, 5)), max_size=5, unique=True))
+            totals.add_spans(i, (s, e), tags)
+        for w in draw(st.lists(st.integers(-3, 6), max_size=3, unique=True)):
+            col = draw(st.integers(0, 3))
+            totals.windows.add(i, col, [base // WINDOW + w], [draw(_NS)])
+            windows.add(base // WINDOW + w)
+    return totals, [*sorted(windows), base // WINDOW + 50]
+
+
+def _both(totals: HostTotals, window: int | None) -> tuple[object, object]:
+    columns = totals.metrics(window)
+    one_at_a_time = HostTotals._columns
+    try:
+        HostTotals._columns = lambda self, *a: None  # type: ignore[method-assign]
+        alone = totals.metrics(window)
+    finally:
+        HostTotals._columns = one_at_a_time  # type: ignore[method-assign]
+    out = []
+    for found in (columns, alone):
+        out.append(None if found is None else (found[0], list(found[1]()), list(found[1]())))
+    return out[0], out[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_totals())
+def test_columns_give_the_metrics_of_one_process_at_a_time(
+        made: tuple[HostTotals, list[int]]) -> None:
+    totals, windows = made
+    for window in (None, *windows):
+        columns, alone = _both(totals, window)
+        assert columns == alone, window
+
+
+def test_the_columns_are_used_for_a_job_of_ordinary_values() -> None:
+    """A job of wall-clock spans and small sums is sampled as columns (not handed back)."""
+    totals = HostTotals(WINDOW)
+    base = 1_735_689_600_000_000_000
+    for pid in range(1, 50):
+        i = totals.process("n0", pid, pid)
+        totals.logs.set_at(i, 0, [pid, 0, 2 * pid, 0])
+        totals.add_spans(i, (base, base + 1000 + pid), [SPAN, MPI_SPAN, 7, 9])
+        totals.add_spans(i, (base + 500, base + 3000), [SPAN, 7])
+    found = totals._columns(-(2**62), 2**62, None)
+    assert found is not None
+    cols, mpi = found
+    assert mpi and len(cols) == 49 and cols.captured.tolist()[0] == 3000
+    assert cols.threads.tolist() == [2] * 49
+    assert cols.thread_captured.tolist()[0] == 3000 + 1001
+    assert _both(totals, None)[0] == _both(totals, None)[1]
+
+
+def test_values_past_the_exact_range_go_one_process_at_a_time() -> None:
+    totals = HostTotals(WINDOW)
+    i = totals.process("n0", 1, None)
+    totals.logs.set_at(i, 0, [2**53 + 1, 0, 0, 0])
+    totals.add_spans(i, (0, 10), [SPAN])
+    assert totals._columns(-(2**62), 2**62, None) is None
+    columns, alone = _both(totals, None)
+    assert columns is not None and columns == alone
+
+
+@pytest.mark.parametrize("spans", [[], [(0, 5)], [(0, 5), (3, 9)], [(5, 2), (1, 4), (1, 4)],
+                                   [(-10, 3), (50, 200)]])
+def test_union_lengths_are_covered(spans: list[tuple[int, int]]) -> None:
+    group = np.zeros(len(spans), np.int64)
+    start = np.array([s for s, _ in spans], np.int64)
+    end = np.array([e for _, e in spans], np.int64)
+    for lo, hi in ((0, 100), (2, 4), (-(2**62), 2**62)):
+        got = hostcolumns.union_lengths(group, start, end, 1, lo, hi)
+        assert got.tolist() == [covered(spans, lo, hi)]
+
+
+def test_a_process_with_too_many_threads_goes_one_at_a_time() -> None:
+    owner = np.zeros(2000, np.int64)
+    tag = np.arange(2000, dtype=np.int64)
+    times = np.zeros(2000, np.int64)
+    assert hostcolumns.thread_sums(owner, tag, times, times + 1, 1, 0, 10) is None

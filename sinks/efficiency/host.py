@@ -62,6 +62,8 @@ SPAN, MPI_SPAN = -1, -2
 _ZERO_SUMS = (0,) * _SUMS
 #: the rank column's value of a process without one
 NO_RANK = -(2**63)
+#: host processes a record samples as columns at a time (``HostTotals.metrics``)
+BLOCK = 1024
 
 
 Spans = list[tuple[int, int]]
@@ -360,46 +362,81 @@ class HostTotals:
 
     def metrics(self, window: int | None = None) -> HostParts | None:
         """Host metrics of the whole job (each process over its captured time), or of window
-        ``window``: with ``hosts`` empty, and what makes their rows again (a process at a
-        time). None when no host process was captured there."""
+        ``window``: with ``hosts`` empty, and what makes their rows again. None when no host
+        process was captured there.
+
+        The processes are sampled ``BLOCK`` at a time as columns (``hostcolumns``), or one at
+        a time where the columns cannot give the same values (``_sample``); the sums are
+        made in one pass, the rows again in another, so what a record holds for its host
+        processes is one block's columns, whatever their number (issue 11)."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
-        found = self._columns(start, end, window)
-        if found is not None:
-            return _columns_metrics(self, *found)
-        zero = [0] * _SUMS
-
-        def samples() -> Iterator[tuple[int, HostSample]]:
-            table = self.table
-            for i in self.in_key_order():
-                own, theirs = self.captured(i)
-                t = covered(own, start, end)
-                each = [covered(sp, start, end) for sp in theirs]
-                if t <= 0 and not any(each):
-                    continue
-                v = self.log(i)[:_SUMS].tolist() if window is None else \
-                    self.windows.get(window, i) or zero
-                yield i, HostSample(table.host(i), table.pid(i), self.rank(i), t, v[0], v[1],
-                                    sum(1 for x in each if x > 0), sum(each), v[2], v[3])
-
-        return _rows_metrics(self, samples, start, end)
-
-    def _columns(self, start: int, end: int, window: int | None
-                 ) -> tuple[HostColumns, bool] | None:
-        """Every host process's sample over [start, end) (``metrics``'s, of ``window`` or of
-        the whole job) as columns, and whether any of those sampled has MPI calls there;
-        None where the columns cannot give ``metrics``'s exact values (then it samples a
-        process at a time)."""
-        order = np.frombuffer(self.in_key_order(), np.int64)
-        n = len(order)
-        if not n:
+        sums = HostSums()
+        any_mpi = False
+        for _, found in self._blocks(start, end, window):
+            if found is None or not found[0].exact():  # sums and shares: Python's
+                return _rows_metrics(self, lambda: self._samples(start, end, window), start,
+                                     end)
+            cols, mpi = found
+            sums.add_columns(cols.captured, cols.runtime, cols.mpi, cols.thread_captured,
+                             cols.thread_runtime, cols.thread_mpi)
+            any_mpi = any_mpi or mpi
+        if not sums.count:
             return None
-        with self.logs.segments(order) as (data, first, size):
-            if window is None:
-                sums = data[first[:, None] + np.arange(_SUMS)]
+
+        def rows() -> Iterator[HostRow]:
+            for ids, found in self._blocks(start, end, window):
+                samples = (self._samples(start, end, window, ids) if found is None
+                           else self._column_samples(found[0]))
+                for _, sample in samples:
+                    yield host_row(sample)
+
+        return sums.metrics(any_mpi, []), rows
+
+    def _samples(self, start: int, end: int, window: int | None,
+                 ids: Iterable[int] | None = None) -> Iterator[tuple[int, HostSample]]:
+        """Each host process's sample over [start, end), one process at a time (``ids``, in
+        key order; default: every host process): those captured there."""
+        zero = [0] * _SUMS
+        table = self.table
+        for i in self.in_key_order() if ids is None else ids:
+            own, theirs = self.captured(i)
+            t = covered(own, start, end)
+            each = [covered(sp, start, end) for sp in theirs]
+            if t <= 0 and not any(each):
+                continue
+            v = self.log(i)[:_SUMS].tolist() if window is None else \
+                self.windows.get(window, i) or zero
+            yield i, HostSample(table.host(i), table.pid(i), self.rank(i), t, v[0], v[1],
+                                sum(1 for x in each if x > 0), sum(each), v[2], v[3])
+
+    def _column_samples(self, cols: HostColumns) -> Iterator[tuple[int, HostSample]]:
+        """``_samples`` of a block's columns."""
+        table = self.table
+        for i, *values in cols.sample_rows(0, len(cols)):
+            yield i, HostSample(table.host(i), table.pid(i), self.rank(i), *values)
+
+    def _blocks(self, start: int, end: int, window: int | None
+                ) -> Iterator[tuple[list[int], tuple[HostColumns, bool] | None]]:
+        """The host processes in key order, ``BLOCK`` at a time: their ids, and their samples
+        as columns with whether any of them has MPI calls in [start, end) (None where the
+        columns cannot hold them: ``_columns``)."""
+        order = self.in_key_order()
+        for a in range(0, len(order), BLOCK):
+            ids = np.array(order[a:a + BLOCK], np.int64)
+            yield ids.tolist(), self._columns(ids, start, end, window)
+
+    def _columns(self, ids: np.ndarray, start: int, end: int, window: int | None
+                 ) -> tuple[HostColumns, bool] | None:
+        """The samples of host processes ``ids`` over [start, end) (``_samples``'s, of
+        ``window`` or of the whole job) as columns, and whether any of those sampled has MPI
+        calls there; None where a span's times or a process's threads are past what the
+        columns hold (``hostcolumns.TIMES``, ``thread_sums``)."""
+        n = len(ids)
+        with self.logs.segments(ids) as (data, first, size):
             owner, lo, hi, tag = parse_logs(data, first, size, _SUMS)
-        if window is not None:
-            sums = self.windows.rows_of(window, order)
+            sums = (data[first[:, None] + np.arange(_SUMS)] if window is None
+                    else self.windows.rows_of(window, ids))
         if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
             return None
         own = tag == SPAN
@@ -411,11 +448,10 @@ class HostTotals:
         keep = (captured > 0) | (count > 0)
         mpi = (tag == MPI_SPAN) & keep[owner]
         any_mpi = bool(np.any(np.minimum(hi[mpi], end) > np.maximum(lo[mpi], start)))
-        cols = HostColumns(ids=order[keep], captured=captured[keep], runtime=sums[keep, 0],
+        return HostColumns(ids=ids[keep], captured=captured[keep], runtime=sums[keep, 0],
                            mpi=sums[keep, 1], threads=count[keep],
                            thread_captured=thread_captured[keep],
-                           thread_runtime=sums[keep, 2], thread_mpi=sums[keep, 3])
-        return (cols, any_mpi) if cols.exact() else None
+                           thread_runtime=sums[keep, 2], thread_mpi=sums[keep, 3]), any_mpi
 
     def phase_metrics(self, occurrences: Iterable[tuple[int, int, int, int]]
                       ) -> HostParts | None:
@@ -470,24 +506,6 @@ def _phases(rows: SharedRows, proc: int, col: int,
     nz = inside > 0
     if nz.any():
         rows.add(proc, r[nz, 2], inside[nz], col)
-
-
-def _columns_metrics(totals: HostTotals, cols: HostColumns, any_mpi: bool
-                     ) -> HostParts | None:
-    """``_rows_metrics`` of the sampled processes' columns: the sums from the columns, the
-    rows made from them again at each pass, ``ROWS_AT_ONCE`` at a time."""
-    if not len(cols):
-        return None
-    sums = HostSums.of_columns(cols.captured, cols.runtime, cols.mpi, cols.thread_captured,
-                               cols.thread_runtime, cols.thread_mpi)
-
-    def rows() -> Iterator[HostRow]:
-        table, at_once = totals.table, encoded.ROWS_AT_ONCE
-        for lo in range(0, len(cols), at_once):
-            for i, *values in cols.sample_rows(lo, lo + at_once):
-                yield host_row((table.host(i), table.pid(i), totals.rank(i), *values))
-
-    return sums.metrics(any_mpi, []), rows
 
 
 def _rows_metrics(totals: HostTotals, rows: Callable[[], Iterable[tuple[int, HostSample]]],

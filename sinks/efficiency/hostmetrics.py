@@ -60,23 +60,20 @@ class HostSums:
         #: each captured process's useful share of its captured time, in row order
         self.shares = array("d")
 
-    @classmethod
-    def of_columns(cls, captured: np.ndarray, runtime: np.ndarray, mpi: np.ndarray,
-                   thread_captured: np.ndarray, thread_runtime: np.ndarray,
-                   thread_mpi: np.ndarray) -> HostSums:
+    def add_columns(self, captured: np.ndarray, runtime: np.ndarray, mpi: np.ndarray,
+                    thread_captured: np.ndarray, thread_runtime: np.ndarray,
+                    thread_mpi: np.ndarray) -> None:
         """``add`` of every row ``host_row`` makes of these columns (int64, each value
         within 2**52: the sums are Python's integers, the shares its divisions)."""
-        out = cls()
-        out.count = len(captured)
-        out.thread_useful = sum(np.maximum(thread_captured - thread_runtime - thread_mpi, 0)
-                                .tolist())
-        out.thread_runtime = sum(thread_runtime.tolist())
+        self.count += len(captured)
+        self.thread_useful += sum(np.maximum(thread_captured - thread_runtime - thread_mpi, 0)
+                                  .tolist())
+        self.thread_runtime += sum(thread_runtime.tolist())
         seen = captured > 0
         useful = np.maximum(captured - runtime - mpi, 0)[seen]
-        out.useful = sum(useful.tolist())
-        out.runtime = sum(runtime[seen].tolist())
-        out.shares.frombytes((useful / captured[seen]).tobytes())
-        return out
+        self.useful += sum(useful.tolist())
+        self.runtime += sum(runtime[seen].tolist())
+        self.shares.frombytes((useful / captured[seen]).tobytes())
 
     def add(self, r: HostRow) -> None:
         self.count += 1

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prvstream.sinks.efficiency import hostcolumns
+from prvstream.sinks.efficiency import host, hostcolumns
 from prvstream.sinks.efficiency.host import MPI_SPAN, SPAN, HostTotals
 from prvstream.sinks.efficiency.metrics import covered
 
@@ -59,13 +59,19 @@ def _both(totals: HostTotals, window: int | None) -> tuple[object, object]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_totals())
+@given(_totals(), st.sampled_from([1, 2, 5, host.BLOCK]))
 def test_columns_give_the_metrics_of_one_process_at_a_time(
-        made: tuple[HostTotals, list[int]]) -> None:
+        made: tuple[HostTotals, list[int]], block: int) -> None:
+    """Whatever the block size: the processes are sampled a block at a time."""
     totals, windows = made
-    for window in (None, *windows):
-        columns, alone = _both(totals, window)
-        assert columns == alone, window
+    kept = host.BLOCK
+    try:
+        host.BLOCK = block
+        for window in (None, *windows):
+            columns, alone = _both(totals, window)
+            assert columns == alone, window
+    finally:
+        host.BLOCK = kept
 
 
 def test_the_columns_are_used_for_a_job_of_ordinary_values() -> None:
@@ -77,10 +83,11 @@ def test_the_columns_are_used_for_a_job_of_ordinary_values() -> None:
         totals.logs.set_at(i, 0, [pid, 0, 2 * pid, 0])
         totals.add_spans(i, (base, base + 1000 + pid), [SPAN, MPI_SPAN, 7, 9])
         totals.add_spans(i, (base + 500, base + 3000), [SPAN, 7])
-    found = totals._columns(-(2**62), 2**62, None)
+    ids = np.array(totals.in_key_order(), np.int64)
+    found = totals._columns(ids, -(2**62), 2**62, None)
     assert found is not None
     cols, mpi = found
-    assert mpi and len(cols) == 49 and cols.captured.tolist()[0] == 3000
+    assert mpi and len(cols) == 49 and cols.exact() and cols.captured.tolist()[0] == 3000
     assert cols.threads.tolist() == [2] * 49
     assert cols.thread_captured.tolist()[0] == 3000 + 1001
     assert _both(totals, None)[0] == _both(totals, None)[1]
@@ -91,7 +98,8 @@ def test_values_past_the_exact_range_go_one_process_at_a_time() -> None:
     i = totals.process("n0", 1, None)
     totals.logs.set_at(i, 0, [2**53 + 1, 0, 0, 0])
     totals.add_spans(i, (0, 10), [SPAN])
-    assert totals._columns(-(2**62), 2**62, None) is None
+    found = totals._columns(np.array([i], np.int64), -(2**62), 2**62, None)
+    assert found is not None and not found[0].exact()  # the sums are Python's, then
     columns, alone = _both(totals, None)
     assert columns is not None and columns == alone
 

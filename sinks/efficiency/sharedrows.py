@@ -26,6 +26,8 @@ log = get_logger(__name__)
 #: rows a chunk of the table holds (the last one grows to it by ``grow``): the table grows
 #: without copying what it holds, so its peak is not twice its size
 CHUNK = 1024
+#: an owner with at most this many records in one chunk is looked up in Python (``get``)
+_FEW = 8
 #: the integer types a full chunk's columns may be kept in, narrowest first, and their bits
 _NARROW = ((np.int8, 8), (np.int16, 16), (np.int32, 32))
 
@@ -53,6 +55,12 @@ class _Packed:
         out = np.zeros((hi - lo, width), np.int64)
         out[:, self.cols] = self.data[lo:hi]
         return out
+
+    def keys(self, lo: int, hi: int) -> list[int]:
+        """Column 0 (the records' keys) of rows [lo, hi)."""
+        if len(self.cols) and self.cols[0] == 0:
+            return self.data[lo:hi, 0].tolist()
+        return [0] * (hi - lo)
 
     def row(self, j: int, width: int) -> np.ndarray:
         """Row ``j`` as int64 (a new array)."""
@@ -118,13 +126,33 @@ class SharedRows:
         store = self._stores.get(gid)
         row = None if store is None else store.get(key)
         lo, hi = self._span(gid)
-        if hi > lo:
+        if 0 < hi - lo <= _FEW and lo // CHUNK == (hi - 1) // CHUNK:
+            found = self._few(lo, hi, key)  # most owners: a record or two, in one chunk
+            if found is not None:
+                row = found if row is None else row + found
+        elif hi > lo:
             recs = self._slice(lo, hi)
             at = int(np.searchsorted(recs[:, 0], key))
             if at < hi - lo and int(recs[at, 0]) == key:
                 found = recs[at, 1:].copy()
                 row = found if row is None else row + found
         return row
+
+    def _few(self, lo: int, hi: int, key: int) -> np.ndarray | None:
+        """``get``'s row of ``key`` among records [lo, hi) of one chunk, found in Python (a
+        copy), or None."""
+        c = lo // CHUNK
+        chunk, a = self._chunks[c], lo - c * CHUNK
+        if isinstance(chunk, _Packed):
+            keys = chunk.keys(a, a + hi - lo)
+        else:
+            keys = chunk[a:a + hi - lo, 0].tolist()
+        if key not in keys:
+            return None
+        j = a + keys.index(key)  # keys are unique within an owner's records
+        if isinstance(chunk, _Packed):
+            return chunk.row(j, self.width + 1)[1:]
+        return chunk[j, 1:].copy()
 
     def rows(self, gid: int) -> tuple[np.ndarray, np.ndarray]:
         """Owner ``gid``'s keys with a row that is not all zero, sorted, and those rows."""

@@ -59,7 +59,8 @@ class _Packed:
     def keys(self, lo: int, hi: int) -> list[int]:
         """Column 0 (the records' keys) of rows [lo, hi)."""
         if len(self.cols) and self.cols[0] == 0:
-            return self.data[lo:hi, 0].tolist()
+            keys: list[int] = self.data[lo:hi, 0].tolist()
+            return keys
         return [0] * (hi - lo)
 
     def row(self, j: int, width: int) -> np.ndarray:
@@ -143,10 +144,8 @@ class SharedRows:
         copy), or None."""
         c = lo // CHUNK
         chunk, a = self._chunks[c], lo - c * CHUNK
-        if isinstance(chunk, _Packed):
-            keys = chunk.keys(a, a + hi - lo)
-        else:
-            keys = chunk[a:a + hi - lo, 0].tolist()
+        keys: list[int] = (chunk.keys(a, a + hi - lo) if isinstance(chunk, _Packed)
+                           else chunk[a:a + hi - lo, 0].tolist())
         if key not in keys:
             return None
         j = a + keys.index(key)  # keys are unique within an owner's records

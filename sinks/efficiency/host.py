@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 
 import msgspec
 import numpy as np
@@ -23,6 +24,7 @@ from prvstream.sinks.efficiency.hostcolumns import (
     TIMES,
     HostColumns,
     parse_logs,
+    spans_of,
     thread_sums,
     union_lengths,
 )
@@ -62,13 +64,20 @@ SPAN, MPI_SPAN = -1, -2
 _ZERO_SUMS = (0,) * _SUMS
 #: the rank column's value of a process without one
 NO_RANK = -(2**63)
-#: host processes a record samples as columns at a time (``HostTotals.metrics``)
+#: host processes a record samples as columns at a time, and phase occurrences a phase
+#: record measures at a time (``HostTotals.metrics``, ``phase_metrics``)
 BLOCK = 1024
+#: most (occurrence, span) pairs a block of phase occurrences is measured with as columns
+_PAIRS = 1 << 16
 
 
 Spans = list[tuple[int, int]]
 #: host metrics with ``hosts`` left empty, and what makes their rows (again at each call)
 HostParts = tuple[HostMetrics, Callable[[], Iterator[HostRow]]]
+#: measured phase occurrences: process ids, starts, ends, instance ids, captured ns, threads
+#: captured and their ns; whether any has MPI calls inside
+_OccurrenceColumns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                           np.ndarray, np.ndarray, bool]
 
 
 class _Open(msgspec.Struct):
@@ -456,43 +465,120 @@ class HostTotals:
     def phase_metrics(self, occurrences: Iterable[tuple[int, int, int, int]]
                       ) -> HostParts | None:
         """Host metrics over phase occurrences (process id, start, end, instance id): each
-        process over its own occurrences (several of one process add up); as ``metrics``."""
-        acc = array("q")  # 7 sums a process, in the order first met
-        #: by process id: 1 + its sums' place in ``acc`` (0: not met); the processes met
-        place = array("i", bytes(4 * len(self.table)))
-        met = array("q")
-        lo, hi = 2**62, -(2**62)
-        zero = [0] * HOST_WIDTH
-        mpi = False  # MPI calls captured inside an occurrence of their own process
-        for key, s, e, i in occurrences:
-            if not self.is_host(key):
+        process over its own occurrences (several of one process add up); as ``metrics``.
+
+        The occurrences are measured ``BLOCK`` at a time as columns (``_occurrence_block``),
+        or one at a time where the columns cannot hold them; each process's sums are kept
+        (seven a process met: its captured ns, runtime and MPI ns, the most threads of one
+        occurrence, their captured, runtime and MPI ns), its rows made from them."""
+        acc = _PhaseSums(len(self.table))
+        it = iter(occurrences)
+        while block := list(islice(it, BLOCK)):
+            found = self._occurrence_block(np.array(block, np.int64).reshape(-1, 4))
+            if found is None:
+                for key, s, e, i in block:
+                    self._add_occurrence(acc, key, s, e, i)
                 continue
-            own, theirs = self.captured(key)
-            t = covered(own, s, e)
-            each = [covered(sp, s, e) for sp in theirs]
-            if t <= 0 and not any(each):
-                continue
-            mpi = mpi or covered(self.mpi_spans(key), s, e) > 0
-            found = self.instances.get(key, i)
-            v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
-                                                         found[HOST_WIDTH:].tolist())
-            row = place[key] - 1
-            if row < 0:
-                row = len(acc)
-                place[key] = row + 1
-                met.append(key)
-                acc.extend((0,) * 7)
-            for j, x in enumerate((t, *v, sum(1 for x in each if x > 0), sum(each), *tv)):
-                acc[row + j] = max(acc[row + j], x) if j == 3 else acc[row + j] + x
-            lo, hi = min(lo, s), max(hi, e)
+            keys, starts, ends, insts, captured, count, each, mpi = found
+            acc.mpi = acc.mpi or mpi
+            zero = [0] * HOST_WIDTH
+            for key, s, e, i, t, n, c in zip(keys.tolist(), starts.tolist(), ends.tolist(),
+                                             insts.tolist(), captured.tolist(),
+                                             count.tolist(), each.tolist(), strict=True):
+                row = self.instances.get(key, i)
+                v, tv = (zero, zero) if row is None else (row[:HOST_WIDTH].tolist(),
+                                                          row[HOST_WIDTH:].tolist())
+                acc.add(key, s, e, (t, *v, n, c, *tv))
 
         def samples() -> Iterator[tuple[int, HostSample]]:
             table = self.table
-            for k in table.in_key_order(met):
-                r = acc[place[k] - 1:place[k] + 6]
-                yield k, HostSample(table.host(k), table.pid(k), self.rank(k), *r)
+            for k in table.in_key_order(acc.met):
+                yield k, HostSample(table.host(k), table.pid(k), self.rank(k), *acc.of(k))
 
-        return _rows_metrics(self, samples, lo, hi, mpi)
+        return _rows_metrics(self, samples, acc.lo, acc.hi, acc.mpi)
+
+    def _add_occurrence(self, acc: _PhaseSums, key: int, s: int, e: int, i: int) -> None:
+        """One occurrence measured in Python: ``phase_metrics``'s one at a time."""
+        if not self.is_host(key):
+            return
+        own, theirs = self.captured(key)
+        t = covered(own, s, e)
+        each = [covered(sp, s, e) for sp in theirs]
+        if t <= 0 and not any(each):
+            return
+        acc.mpi = acc.mpi or covered(self.mpi_spans(key), s, e) > 0
+        found = self.instances.get(key, i)
+        zero = [0] * HOST_WIDTH
+        v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
+                                                     found[HOST_WIDTH:].tolist())
+        acc.add(key, s, e, (t, *v, sum(1 for x in each if x > 0), sum(each), *tv))
+
+    def _occurrence_block(self, occ: np.ndarray) -> _OccurrenceColumns | None:
+        """Occurrences (rows of process id, start, end, instance id) measured as columns:
+        those of host processes captured there (their process ids, starts, ends and
+        instance ids, captured ns, threads captured and their ns, in the order given) and
+        whether any has MPI calls inside; None where the columns cannot hold them (span
+        times past ``TIMES``, a process of too many threads, or more than ``_PAIRS``
+        (occurrence, span) pairs)."""
+        hosts = np.frombuffer(bytes(self._is_host), np.uint8)
+        key = occ[:, 0]
+        occ = occ[(key >= 0) & (key < len(hosts))]
+        occ = occ[hosts[occ[:, 0]] == 1]
+        if not len(occ):
+            empty = np.empty(0, np.int64)
+            return empty, empty, empty, empty, empty, empty, empty, False
+        procs, of = np.unique(occ[:, 0], return_inverse=True)
+        with self.logs.segments(procs) as (data, first, size):
+            owner, lo, hi, tag = parse_logs(data, first, size, _SUMS)
+        if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
+            return None
+        item, span = spans_of(owner, of)
+        if len(item) > _PAIRS:
+            return None
+        tag, lo, hi = tag[span], lo[span], hi[span]
+        s, e = occ[item, 1], occ[item, 2]
+        own = tag == SPAN
+        n = len(occ)
+        captured = union_lengths(item[own], lo[own], hi[own], n, s[own], e[own])
+        threads = thread_sums(item, tag, lo, hi, n, s, e)
+        if threads is None:
+            return None
+        count, each = threads
+        keep = (captured > 0) | (count > 0)
+        mpi = (tag == MPI_SPAN) & keep[item]
+        any_mpi = bool(np.any(np.minimum(hi[mpi], e[mpi]) > np.maximum(lo[mpi], s[mpi])))
+        occ = occ[keep]
+        return (occ[:, 0], occ[:, 1], occ[:, 2], occ[:, 3], captured[keep], count[keep],
+                each[keep], any_mpi)
+
+
+class _PhaseSums:
+    """``phase_metrics``'s sums: seven a process, in the order first met (the thread count
+    the largest of one occurrence, the others added up), and the occurrences' extent."""
+
+    def __init__(self, processes: int) -> None:
+        self.acc = array("q")
+        #: by process id: 1 + its sums' place in ``acc`` (0: not met); the processes met
+        self.place = array("i", bytes(4 * processes))
+        self.met = array("q")
+        self.lo, self.hi = 2**62, -(2**62)
+        #: MPI calls captured inside an occurrence of their own process
+        self.mpi = False
+
+    def add(self, key: int, s: int, e: int, values: Sequence[int]) -> None:
+        acc, row = self.acc, self.place[key] - 1
+        if row < 0:
+            row = len(acc)
+            self.place[key] = row + 1
+            self.met.append(key)
+            acc.extend((0,) * 7)
+        for j, x in enumerate(values):
+            acc[row + j] = max(acc[row + j], x) if j == 3 else acc[row + j] + x
+        self.lo, self.hi = min(self.lo, s), max(self.hi, e)
+
+    def of(self, key: int) -> array[int]:
+        row = self.place[key] - 1
+        return self.acc[row:row + 7]
 
 
 def _phases(rows: SharedRows, proc: int, col: int,

@@ -14,7 +14,8 @@ import numpy as np
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["EXACT", "TIMES", "HostColumns", "parse_logs", "thread_sums", "union_lengths"]
+__all__ = ["EXACT", "TIMES", "HostColumns", "parse_logs", "spans_of", "thread_sums",
+           "union_lengths"]
 
 log = get_logger(__name__)
 
@@ -91,10 +92,11 @@ def parse_logs(data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, first: i
 
 
 def union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int,
-                  lo: int, hi: int) -> np.ndarray:
+                  lo: int | np.ndarray, hi: int | np.ndarray) -> np.ndarray:
     """``metrics.covered`` of each group's spans inside [lo, hi): int64 by group id
-    (0..groups-1). Spans of one group come in the order given; a group with one span inside
-    [lo, hi) is measured in numpy, one with several by ``covered``."""
+    (0..groups-1); ``lo`` and ``hi`` are one interval, or each span's (the same for every
+    span of a group). A group with one span inside is measured in numpy, one with several by
+    ``covered``, its spans in the order given."""
     out = np.zeros(groups, np.int64)
     if not len(group):
         return out
@@ -107,11 +109,15 @@ def union_lengths(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups:
     if len(several):
         of = np.isin(group, several)
         g, s, e = group[of].tolist(), start[of].tolist(), end[of].tolist()
+        bounds = list(zip(np.broadcast_to(lo, group.shape)[of].tolist(),
+                          np.broadcast_to(hi, group.shape)[of].tolist(), strict=True))
         spans: dict[int, list[tuple[int, int]]] = {}
-        for key, x, y in zip(g, s, e, strict=True):
+        within: dict[int, tuple[int, int]] = {}
+        for key, x, y, bound in zip(g, s, e, bounds, strict=True):
             spans.setdefault(key, []).append((x, y))
+            within[key] = bound
         for key, found in spans.items():
-            out[key] = covered(found, lo, hi)
+            out[key] = covered(found, *within[key])
     return out
 
 
@@ -131,17 +137,32 @@ def group_codes(owner: np.ndarray, tag: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def thread_sums(owner: np.ndarray, tag: np.ndarray, start: np.ndarray, end: np.ndarray,
-                owners: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per owner: how many of its threads (tags >= 0) are captured inside [lo, hi), and the
-    sum of their captured ns there; None where a sum could leave int64 (an owner with more
-    than ``_THREADS`` threads)."""
+                owners: int, lo: int | np.ndarray, hi: int | np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per owner: how many of its threads (tags >= 0) are captured inside [lo, hi) (one
+    interval, or each span's as ``union_lengths``), and the sum of their captured ns there;
+    None where a sum could leave int64 (an owner with more than ``_THREADS`` threads)."""
     thread = tag >= 0
     ids, owner_of = group_codes(owner[thread], tag[thread])
     if len(owner_of) and int(np.bincount(owner_of).max()) > _THREADS:
         return None
-    lengths = union_lengths(ids, start[thread], end[thread], len(owner_of), lo, hi)
+    lengths = union_lengths(ids, start[thread], end[thread], len(owner_of),
+                            lo if isinstance(lo, int) else lo[thread],
+                            hi if isinstance(hi, int) else hi[thread])
     count = np.zeros(owners, np.int64)
     np.add.at(count, owner_of[lengths > 0], 1)
     total = np.zeros(owners, np.int64)
     np.add.at(total, owner_of, lengths)
     return count, total
+
+
+def spans_of(owner: np.ndarray, of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For items ``of`` (each an owner index), every (item, span) pair of the owner's spans
+    (``owner``: each span's owner, sorted): each pair's item and span index, item by item,
+    each item's spans in order."""
+    count = np.bincount(owner, minlength=int(of.max()) + 1 if len(of) else 0)
+    first = np.cumsum(count) - count
+    n = count[of]
+    item = np.repeat(np.arange(len(of)), n)
+    span = np.repeat(first[of], n) + np.arange(len(item)) - np.repeat(np.cumsum(n) - n, n)
+    return item, span

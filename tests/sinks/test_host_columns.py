@@ -120,3 +120,77 @@ def test_a_process_with_too_many_threads_goes_one_at_a_time() -> None:
     tag = np.arange(2000, dtype=np.int64)
     times = np.zeros(2000, np.int64)
     assert hostcolumns.thread_sums(owner, tag, times, times + 1, 1, 0, 10) is None
+
+
+@st.composite
+def _occurrences(draw: st.DrawFn) -> tuple[HostTotals, list[tuple[int, int, int, int]]]:
+    """A job's host processes with phase instance rows, and phase occurrences of them (and
+    of process ids that are not host processes)."""
+    totals, _ = draw(_totals())
+    ids = list(totals.in_key_order())
+    for i in ids:
+        keys = draw(st.lists(st.integers(0, 6), max_size=3, unique=True))
+        if keys:
+            rows = np.array([draw(st.lists(_NS, min_size=4, max_size=4)) for _ in keys],
+                            np.int64)
+            totals.instances.add(i, np.array(keys, np.int64), rows)
+            totals.instances.settle(i, final=True)
+    base = draw(_BASE)
+    occ = draw(st.lists(st.tuples(st.one_of(st.sampled_from(ids or [0]), st.integers(0, 40)),
+                                  st.integers(-50, 400), st.integers(0, 300),
+                                  st.integers(0, 7)), max_size=20))
+    return totals, [(k, base + s, base + s + d, i) for k, s, d, i in occ]
+
+
+def _phase_both(totals: HostTotals, occ: list[tuple[int, int, int, int]]
+                ) -> tuple[object, object]:
+    columns = totals.phase_metrics(occ)
+    one_at_a_time = HostTotals._occurrence_block
+    try:
+        HostTotals._occurrence_block = lambda self, *a: None  # type: ignore[method-assign]
+        alone = totals.phase_metrics(occ)
+    finally:
+        HostTotals._occurrence_block = one_at_a_time  # type: ignore[method-assign]
+    out = []
+    for found in (columns, alone):
+        out.append(None if found is None else (found[0], list(found[1]())))
+    return out[0], out[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_occurrences(), st.sampled_from([1, 3, host.BLOCK]), st.sampled_from([2, host._PAIRS]))
+def test_phase_occurrences_as_columns_give_the_metrics_of_one_at_a_time(
+        made: tuple[HostTotals, list[tuple[int, int, int, int]]], block: int,
+        pairs: int) -> None:
+    """Whatever the block size, and with blocks of too many (occurrence, span) pairs
+    measured one occurrence at a time."""
+    totals, occ = made
+    kept = host.BLOCK, host._PAIRS
+    try:
+        host.BLOCK, host._PAIRS = block, pairs
+        columns, alone = _phase_both(totals, occ)
+        assert columns == alone
+    finally:
+        host.BLOCK, host._PAIRS = kept
+
+
+def test_spans_of_pairs_each_item_with_its_owners_spans() -> None:
+    owner = np.array([0, 0, 2, 2, 2], np.int64)
+    item, span = hostcolumns.spans_of(owner, np.array([2, 1, 0, 2], np.int64))
+    assert item.tolist() == [0, 0, 0, 2, 2, 3, 3, 3]
+    assert span.tolist() == [2, 3, 4, 0, 1, 2, 3, 4]
+
+
+def test_mpi_counts_only_inside_occurrences_that_are_measured() -> None:
+    """An occurrence of a process captured nowhere inside it is skipped, its MPI calls too:
+    the MPI metrics then stay off, in both paths."""
+    totals = HostTotals(WINDOW)
+    a = totals.process("n0", 1, 0)
+    b = totals.process("n0", 2, 1)
+    totals.add_spans(a, (0, 100), [SPAN])
+    totals.add_spans(b, (200, 300), [MPI_SPAN])  # MPI, but never captured as a process
+    occ = [(a, 10, 50, 0), (b, 210, 250, 0)]
+    columns, alone = _phase_both(totals, occ)
+    assert columns is not None and columns == alone
+    metrics = columns[0]  # type: ignore[index]
+    assert metrics.mpi_parallel_efficiency is None and metrics.load_balance is None

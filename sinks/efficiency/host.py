@@ -21,12 +21,12 @@ import numpy as np
 from prvstream.sinks.arrays import unique_inverse
 from prvstream.sinks.base import HostKind, ReportInfo
 from prvstream.sinks.efficiency.hostcolumns import (
-    TIMES,
+    MPI_SPAN,
+    SPAN,
     HostColumns,
+    measured,
     parse_logs,
     spans_of,
-    thread_sums,
-    union_lengths,
 )
 from prvstream.sinks.efficiency.hostmetrics import HostSample, HostSums, host_metrics, host_row
 from prvstream.sinks.efficiency.hostwindows import HostWindows
@@ -58,8 +58,6 @@ log = get_logger(__name__)
 HOST_WIDTH = 2
 #: a process's row and its threads' (``HostTotals.log``'s first slots, ``HostWindows``)
 _SUMS = 2 * HOST_WIDTH
-#: ``HostTotals.log`` tags of the process's spans (a thread's tag is its OS tid, >= 0)
-SPAN, MPI_SPAN = -1, -2
 #: a new process's sums
 _ZERO_SUMS = (0,) * _SUMS
 #: the rank column's value of a process without one
@@ -446,17 +444,11 @@ class HostTotals:
             owner, lo, hi, tag = parse_logs(data, first, size, _SUMS)
             sums = (data[first[:, None] + np.arange(_SUMS)] if window is None
                     else self.windows.rows_of(window, ids))
-        if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
+        found = measured(owner, tag, lo, hi, n, start, end)
+        if found is None:
             return None
-        own = tag == SPAN
-        captured = union_lengths(owner[own], lo[own], hi[own], n, start, end)
-        threads = thread_sums(owner, tag, lo, hi, n, start, end)
-        if threads is None:
-            return None
-        count, thread_captured = threads
+        captured, count, thread_captured, any_mpi = found
         keep = (captured > 0) | (count > 0)
-        mpi = (tag == MPI_SPAN) & keep[owner]
-        any_mpi = bool(np.any(np.minimum(hi[mpi], end) > np.maximum(lo[mpi], start)))
         return HostColumns(ids=ids[keep], captured=captured[keep], runtime=sums[keep, 0],
                            mpi=sums[keep, 1], threads=count[keep],
                            thread_captured=thread_captured[keep],
@@ -530,23 +522,15 @@ class HostTotals:
         procs, of = np.unique(occ[:, 0], return_inverse=True)
         with self.logs.segments(procs) as (data, first, size):
             owner, lo, hi, tag = parse_logs(data, first, size, _SUMS)
-        if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
-            return None
         item, span = spans_of(owner, of)
         if len(item) > _PAIRS:
             return None
-        tag, lo, hi = tag[span], lo[span], hi[span]
-        s, e = occ[item, 1], occ[item, 2]
-        own = tag == SPAN
-        n = len(occ)
-        captured = union_lengths(item[own], lo[own], hi[own], n, s[own], e[own])
-        threads = thread_sums(item, tag, lo, hi, n, s, e)
-        if threads is None:
+        found = measured(item, tag[span], lo[span], hi[span], len(occ), occ[item, 1],
+                         occ[item, 2])
+        if found is None:
             return None
-        count, each = threads
+        captured, count, each, any_mpi = found
         keep = (captured > 0) | (count > 0)
-        mpi = (tag == MPI_SPAN) & keep[item]
-        any_mpi = bool(np.any(np.minimum(hi[mpi], e[mpi]) > np.maximum(lo[mpi], s[mpi])))
         occ = occ[keep]
         return (occ[:, 0], occ[:, 1], occ[:, 2], occ[:, 3], captured[keep], count[keep],
                 each[keep], any_mpi)

@@ -14,11 +14,13 @@ import numpy as np
 from prvstream.sinks.efficiency.metrics import covered
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["EXACT", "TIMES", "HostColumns", "parse_logs", "spans_of", "thread_sums",
-           "union_lengths"]
+__all__ = ["EXACT", "MPI_SPAN", "SPAN", "TIMES", "HostColumns", "measured", "parse_logs",
+           "spans_of", "thread_sums", "union_lengths"]
 
 log = get_logger(__name__)
 
+#: ``HostTotals.log`` tags of a process's spans (a thread's tag is its OS tid, >= 0)
+SPAN, MPI_SPAN = -1, -2
 #: the largest magnitude a column value may have: every value, sum of two and difference is
 #: exact in float64 and in int64, as Python's integers are
 EXACT = 1 << 52
@@ -146,9 +148,8 @@ def thread_sums(owner: np.ndarray, tag: np.ndarray, start: np.ndarray, end: np.n
     ids, owner_of = group_codes(owner[thread], tag[thread])
     if len(owner_of) and int(np.bincount(owner_of).max()) > _THREADS:
         return None
-    lengths = union_lengths(ids, start[thread], end[thread], len(owner_of),
-                            lo if isinstance(lo, int) else lo[thread],
-                            hi if isinstance(hi, int) else hi[thread])
+    lengths = union_lengths(ids, start[thread], end[thread], len(owner_of), _part(lo, thread),
+                            _part(hi, thread))
     count = np.zeros(owners, np.int64)
     np.add.at(count, owner_of[lengths > 0], 1)
     total = np.zeros(owners, np.int64)
@@ -166,3 +167,30 @@ def spans_of(owner: np.ndarray, of: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     item = np.repeat(np.arange(len(of)), n)
     span = np.repeat(first[of], n) + np.arange(len(item)) - np.repeat(np.cumsum(n) - n, n)
     return item, span
+
+
+def measured(owner: np.ndarray, tag: np.ndarray, lo: np.ndarray, hi: np.ndarray, owners: int,
+             start: int | np.ndarray, end: int | np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
+    """Per owner, from its tagged spans (``parse_logs``'s, or one of them a pair): its captured
+    ns inside [start, end) (its ``SPAN`` spans' union), how many of its threads are captured
+    there and their ns; and whether an owner captured there has an ``MPI_SPAN`` span reaching
+    inside. ``start`` and ``end``: one interval, or each span's. None where the columns
+    cannot hold them (span times past ``TIMES``, an owner of too many threads)."""
+    if len(lo) and (int(np.abs(lo).max()) > TIMES or int(np.abs(hi).max()) > TIMES):
+        return None
+    own = tag == SPAN
+    captured = union_lengths(owner[own], lo[own], hi[own], owners, _part(start, own),
+                             _part(end, own))
+    threads = thread_sums(owner, tag, lo, hi, owners, start, end)
+    if threads is None:
+        return None
+    count, thread_captured = threads
+    mpi = (tag == MPI_SPAN) & ((captured > 0) | (count > 0))[owner]
+    any_mpi = bool(np.any(np.minimum(hi[mpi], _part(end, mpi))
+                          > np.maximum(lo[mpi], _part(start, mpi))))
+    return captured, count, thread_captured, any_mpi
+
+
+def _part(bound: int | np.ndarray, sel: np.ndarray) -> int | np.ndarray:
+    return bound if isinstance(bound, int) else bound[sel]

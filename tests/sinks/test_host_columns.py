@@ -6,6 +6,8 @@ give way to the one-at-a-time path)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -44,18 +46,27 @@ def _totals(draw: st.DrawFn) -> tuple[HostTotals, list[int]]:
     return totals, [*sorted(windows), base // WINDOW + 50]
 
 
-def _both(totals: HostTotals, window: int | None) -> tuple[object, object]:
-    columns = totals.metrics(window)
-    one_at_a_time = HostTotals._columns
-    try:
-        HostTotals._columns = lambda self, *a: None  # type: ignore[method-assign]
-        alone = totals.metrics(window)
-    finally:
-        HostTotals._columns = one_at_a_time  # type: ignore[method-assign]
+def _with_and_without(totals: HostTotals, columns_of: str,
+                      parts: Callable[[], object]) -> tuple[object, object]:
+    """``parts()`` (a ``HostParts`` or None) with the columns, then with ``columns_of``, the
+    method that makes them, answering None (the one-at-a-time path); each as the metrics and
+    its rows made twice (the rows are made again for each pass)."""
     out = []
-    for found in (columns, alone):
-        out.append(None if found is None else (found[0], list(found[1]()), list(found[1]())))
+    kept = getattr(HostTotals, columns_of)
+    for use in (True, False):
+        try:
+            if not use:
+                setattr(HostTotals, columns_of, lambda self, *a: None)
+            found = parts()
+        finally:
+            setattr(HostTotals, columns_of, kept)
+        out.append(None if found is None else (found[0], list(found[1]()),  # type: ignore[index]
+                                               list(found[1]())))  # type: ignore[index]
     return out[0], out[1]
+
+
+def _both(totals: HostTotals, window: int | None) -> tuple[object, object]:
+    return _with_and_without(totals, "_columns", lambda: totals.metrics(window))
 
 
 @settings(max_examples=300, deadline=None)
@@ -144,17 +155,7 @@ def _occurrences(draw: st.DrawFn) -> tuple[HostTotals, list[tuple[int, int, int,
 
 def _phase_both(totals: HostTotals, occ: list[tuple[int, int, int, int]]
                 ) -> tuple[object, object]:
-    columns = totals.phase_metrics(occ)
-    one_at_a_time = HostTotals._occurrence_block
-    try:
-        HostTotals._occurrence_block = lambda self, *a: None  # type: ignore[method-assign]
-        alone = totals.phase_metrics(occ)
-    finally:
-        HostTotals._occurrence_block = one_at_a_time  # type: ignore[method-assign]
-    out = []
-    for found in (columns, alone):
-        out.append(None if found is None else (found[0], list(found[1]())))
-    return out[0], out[1]
+    return _with_and_without(totals, "_occurrence_block", lambda: totals.phase_metrics(occ))
 
 
 @settings(max_examples=300, deadline=None)

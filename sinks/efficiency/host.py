@@ -64,7 +64,7 @@ _ZERO_SUMS = (0,) * _SUMS
 NO_RANK = -(2**63)
 #: host processes a record samples as columns at a time, and phase occurrences a phase
 #: record measures at a time (``HostTotals.metrics``, ``phase_metrics``)
-BLOCK = 1024
+BLOCK = 256
 #: most (occurrence, span) pairs a block of phase occurrences is measured with as columns
 _PAIRS = 1 << 16
 

@@ -373,7 +373,7 @@ class HostTotals:
         process was captured there.
 
         The processes are sampled ``BLOCK`` at a time as columns (``hostcolumns``), or one at
-        a time where the columns cannot give the same values (``_sample``); the sums are
+        a time where the columns cannot give the same values (``_samples``); the sums are
         made in one pass, the rows again in another, so what a record holds for its host
         processes is one block's columns, whatever their number (issue 11)."""
         w = self.window_ns
@@ -393,7 +393,7 @@ class HostTotals:
 
         def rows() -> Iterator[HostRow]:
             for ids, found in self._blocks(start, end, window):
-                samples = (self._samples(start, end, window, ids) if found is None
+                samples = (self._samples(start, end, window, ids.tolist()) if found is None
                            else self._column_samples(found[0]))
                 for _, sample in samples:
                     yield host_row(sample)
@@ -424,14 +424,14 @@ class HostTotals:
             yield i, HostSample(table.host(i), table.pid(i), self.rank(i), *values)
 
     def _blocks(self, start: int, end: int, window: int | None
-                ) -> Iterator[tuple[list[int], tuple[HostColumns, bool] | None]]:
+                ) -> Iterator[tuple[np.ndarray, tuple[HostColumns, bool] | None]]:
         """The host processes in key order, ``BLOCK`` at a time: their ids, and their samples
         as columns with whether any of them has MPI calls in [start, end) (None where the
         columns cannot hold them: ``_columns``)."""
         order = self.in_key_order()
         for a in range(0, len(order), BLOCK):
             ids = np.array(order[a:a + BLOCK], np.int64)
-            yield ids.tolist(), self._columns(ids, start, end, window)
+            yield ids, self._columns(ids, start, end, window)
 
     def _columns(self, ids: np.ndarray, start: int, end: int, window: int | None
                  ) -> tuple[HostColumns, bool] | None:
@@ -464,23 +464,18 @@ class HostTotals:
         (seven a process met: its captured ns, runtime and MPI ns, the most threads of one
         occurrence, their captured, runtime and MPI ns), its rows made from them."""
         acc = _PhaseSums(len(self.table))
+        hosts = np.frombuffer(bytes(self._is_host), np.uint8)  # a copy: the flags may grow
         it = iter(occurrences)
         while block := list(islice(it, BLOCK)):
-            found = self._occurrence_block(np.array(block, np.int64).reshape(-1, 4))
+            found = self._occurrence_block(np.array(block, np.int64).reshape(-1, 4), hosts)
             if found is None:
                 for key, s, e, i in block:
                     self._add_occurrence(acc, key, s, e, i)
                 continue
-            keys, starts, ends, insts, captured, count, each, mpi = found
+            *columns, mpi = found
             acc.mpi = acc.mpi or mpi
-            zero = [0] * HOST_WIDTH
-            for key, s, e, i, t, n, c in zip(keys.tolist(), starts.tolist(), ends.tolist(),
-                                             insts.tolist(), captured.tolist(),
-                                             count.tolist(), each.tolist(), strict=True):
-                row = self.instances.get(key, i)
-                v, tv = (zero, zero) if row is None else (row[:HOST_WIDTH].tolist(),
-                                                          row[HOST_WIDTH:].tolist())
-                acc.add(key, s, e, (t, *v, n, c, *tv))
+            for measured_one in zip(*(c.tolist() for c in columns), strict=True):
+                self._add_measured(acc, *measured_one)
 
         def samples() -> Iterator[tuple[int, HostSample]]:
             table = self.table
@@ -499,20 +494,27 @@ class HostTotals:
         if t <= 0 and not any(each):
             return
         acc.mpi = acc.mpi or covered(self.mpi_spans(key), s, e) > 0
-        found = self.instances.get(key, i)
-        zero = [0] * HOST_WIDTH
-        v, tv = (zero, zero) if found is None else (found[:HOST_WIDTH].tolist(),
-                                                     found[HOST_WIDTH:].tolist())
-        acc.add(key, s, e, (t, *v, sum(1 for x in each if x > 0), sum(each), *tv))
+        self._add_measured(acc, key, s, e, i, t, sum(1 for x in each if x > 0), sum(each))
 
-    def _occurrence_block(self, occ: np.ndarray) -> _OccurrenceColumns | None:
+    def _add_measured(self, acc: _PhaseSums, key: int, s: int, e: int, i: int, captured: int,
+                      threads: int, thread_captured: int) -> None:
+        """A measured occurrence of process ``key`` (instance ``i``) added to its sums: its
+        captured ns, threads captured and their ns, with the instance's runtime and MPI ns
+        as a process and over its threads."""
+        row = self.instances.get(key, i)
+        zero = [0] * HOST_WIDTH
+        v, tv = (zero, zero) if row is None else (row[:HOST_WIDTH].tolist(),
+                                                  row[HOST_WIDTH:].tolist())
+        acc.add(key, s, e, (captured, *v, threads, thread_captured, *tv))
+
+    def _occurrence_block(self, occ: np.ndarray, hosts: np.ndarray
+                          ) -> _OccurrenceColumns | None:
         """Occurrences (rows of process id, start, end, instance id) measured as columns:
         those of host processes captured there (their process ids, starts, ends and
         instance ids, captured ns, threads captured and their ns, in the order given) and
         whether any has MPI calls inside; None where the columns cannot hold them (span
         times past ``TIMES``, a process of too many threads, or more than ``_PAIRS``
-        (occurrence, span) pairs)."""
-        hosts = np.frombuffer(bytes(self._is_host), np.uint8)
+        (occurrence, span) pairs). ``hosts``: 1 by the id of each host process."""
         key = occ[:, 0]
         occ = occ[(key >= 0) & (key < len(hosts))]
         occ = occ[hosts[occ[:, 0]] == 1]

@@ -67,6 +67,9 @@ NO_RANK = -(2**63)
 BLOCK = 256
 #: most (occurrence, span) pairs a block of phase occurrences is measured with as columns
 _PAIRS = 1 << 16
+#: fewer host processes, or phase occurrences in a block, than this are measured one at a
+#: time: numpy's calls cost more than the Python they replace (a small export's summary)
+COLUMNS_FROM = 64
 
 
 Spans = list[tuple[int, int]]
@@ -373,11 +376,14 @@ class HostTotals:
         process was captured there.
 
         The processes are sampled ``BLOCK`` at a time as columns (``hostcolumns``), or one at
-        a time where the columns cannot give the same values (``_samples``); the sums are
+        a time where the columns cannot give the same values or are too few to pay
+        (``_samples``, ``COLUMNS_FROM``); the sums are
         made in one pass, the rows again in another, so what a record holds for its host
         processes is one block's columns, whatever their number (issue 11)."""
         w = self.window_ns
         start, end = (-(2**62), 2**62) if window is None else (window * w, (window + 1) * w)
+        if self.count < COLUMNS_FROM:
+            return _rows_metrics(self, lambda: self._samples(start, end, window), start, end)
         sums = HostSums()
         any_mpi = False
         for _, found in self._blocks(start, end, window):
@@ -460,14 +466,16 @@ class HostTotals:
         process over its own occurrences (several of one process add up); as ``metrics``.
 
         The occurrences are measured ``BLOCK`` at a time as columns (``_occurrence_block``),
-        or one at a time where the columns cannot hold them; each process's sums are kept
+        or one at a time where the columns cannot hold them or a block has fewer than
+        ``COLUMNS_FROM``; each process's sums are kept
         (seven a process met: its captured ns, runtime and MPI ns, the most threads of one
         occurrence, their captured, runtime and MPI ns), its rows made from them."""
         acc = _PhaseSums(len(self.table))
         hosts = np.frombuffer(bytes(self._is_host), np.uint8)  # a copy: the flags may grow
         it = iter(occurrences)
         while block := list(islice(it, BLOCK)):
-            found = self._occurrence_block(np.array(block, np.int64).reshape(-1, 4), hosts)
+            found = None if len(block) < COLUMNS_FROM else self._occurrence_block(
+                np.array(block, np.int64).reshape(-1, 4), hosts)
             if found is None:
                 for key, s, e, i in block:
                     self._add_occurrence(acc, key, s, e, i)

@@ -3,7 +3,7 @@
 host threads' count and captured time) read from the model's logs with numpy, so that a record
 of a job with thousands of host processes costs a few array passes, not a few Python calls a
 process (issue 11). A process with more than one span of one tag is measured by
-``metrics.covered`` as before; values that a float64 could not hold exactly leave the whole
+``metrics.covered`` as before; values ``metrics.exact_columns`` refuses leave the whole
 record to the one-process-at-a-time path (the metrics' divisions must be Python's)."""
 
 from __future__ import annotations
@@ -11,19 +11,16 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from prvstream.sinks.efficiency.metrics import covered
+from prvstream.sinks.efficiency.metrics import covered, exact_columns
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["EXACT", "MPI_SPAN", "SPAN", "TIMES", "HostColumns", "measured", "parse_logs",
+__all__ = ["MPI_SPAN", "SPAN", "TIMES", "HostColumns", "measured", "parse_logs",
            "spans_of", "thread_sums", "union_lengths"]
 
 log = get_logger(__name__)
 
 #: ``HostTotals.log`` tags of a process's spans (a thread's tag is its OS tid, >= 0)
 SPAN, MPI_SPAN = -1, -2
-#: the largest magnitude a column value may have: every value, sum of two and difference is
-#: exact in float64 and in int64, as Python's integers are
-EXACT = 1 << 52
 #: the largest magnitude of a span's times: a span clipped to [-2**62, 2**62) then has a
 #: length int64 holds
 TIMES = 1 << 61
@@ -49,11 +46,10 @@ class HostColumns(msgspec.Struct, frozen=True):
         return len(self.ids)
 
     def exact(self) -> bool:
-        """Whether every value is within ``EXACT`` (the columns' sums are then taken as
-        Python's integers and their ratios as Python's divisions)."""
-        return all(not len(c) or int(np.abs(c).max()) <= EXACT
-                   for c in (self.captured, self.runtime, self.mpi, self.thread_captured,
-                             self.thread_runtime, self.thread_mpi))
+        """Whether the columns' ratios are Python's divisions of its integers
+        (``metrics.exact_columns``: every value in [0, 2**52), their sums inside int64)."""
+        return exact_columns(0, self.captured, self.runtime, self.mpi, self.thread_captured,
+                             self.thread_runtime, self.thread_mpi)
 
     def sample_rows(self, lo: int, hi: int) -> list[tuple[int, ...]]:
         """Rows ``lo``..``hi``: (id, captured, runtime, MPI, threads, thread captured, thread

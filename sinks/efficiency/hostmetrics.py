@@ -63,8 +63,9 @@ class HostSums:
     def add_columns(self, captured: np.ndarray, runtime: np.ndarray, mpi: np.ndarray,
                     thread_captured: np.ndarray, thread_runtime: np.ndarray,
                     thread_mpi: np.ndarray) -> None:
-        """``add`` of every row ``host_row`` makes of these columns (int64, each value
-        within 2**52: the sums are Python's integers, the shares its divisions)."""
+        """``add`` of every row ``host_row`` makes of these columns (int64 columns
+        ``metrics.exact_columns`` admits: the sums are Python's integers, the shares its
+        divisions)."""
         self.count += len(captured)
         self.thread_useful += sum(np.maximum(thread_captured - thread_runtime - thread_mpi, 0)
                                   .tolist())

@@ -27,7 +27,8 @@ def _columns_for_any_number(monkeypatch: pytest.MonkeyPatch) -> None:
 
 #: times: near a small origin (overlaps and window edges) or near today's wall clock in ns
 _BASE = st.sampled_from([0, 1_735_689_600_000_000_000])
-_NS = st.one_of(st.integers(0, 300), st.integers(0, 10**12), st.integers(2**52 - 5, 2**53 + 10))
+_NS = st.one_of(st.integers(0, 300), st.integers(0, 10**12), st.integers(2**52 - 5, 2**53 + 10),
+                st.integers(-300, -1))
 WINDOW = 100
 
 

@@ -159,32 +159,27 @@ def _phases(ctx: ReportContext, chunk: np.ndarray, start: np.ndarray, end: np.nd
 
 
 def _plan(scan: PlanScan, src: KindSource) -> None:
-    """Threads, text ids, inline texts (interned) and domains in one DISTINCT scan; threads and
-    domains alone (read always: ``DOMAIN_GROUP``) when NVTX is not converted."""
-    t = src.table
-    if not scan.values_wanted:
-        for g, dom in scan.rows(f"SELECT DISTINCT {scan.col(t, 'globalTid')}, "
-                                f"{scan.col(t, 'domainId', '0')} FROM {q(t)} "
-                                f"WHERE {src.where}"):
-            scan.thread(int(g))  # type: ignore[call-overload]
-            scan.see("nvtx_domain", int(dom))  # type: ignore[call-overload]
-        scan.count("nvtx", scan.count_rows(t, src.where))
-        return
-    sql = (f"SELECT DISTINCT {scan.col(t, 'globalTid')}, {scan.col(t, 'textId')}, "
-           f"{inline_text_sql(scan.schema, t)}, {scan.col(t, 'domainId', '0')} FROM {q(t)} "
-           f"WHERE {src.where}")
-    texts: set[str] = set()
-    rows: list[tuple[int, str | None]] = []
-    for g, v, txt, dom in scan.rows(sql):
+    """Threads and domains in one DISTINCT scan (read always: ``DOMAIN_GROUP``); when NVTX is
+    converted, its inline texts (interned) and its text ids in one DISTINCT scan each: an
+    export whose ranges carry their names inline has about as many distinct texts as rows, and
+    one DISTINCT over every column together was a Python tuple per row."""
+    t, where = q(src.table), src.where
+    for g, dom in scan.rows(f"SELECT DISTINCT {scan.col(src.table, 'globalTid')}, "
+                            f"{scan.col(src.table, 'domainId', '0')} FROM {t} WHERE {where}"):
         scan.thread(int(g))  # type: ignore[call-overload]
         scan.see("nvtx_domain", int(dom))  # type: ignore[call-overload]
-        if txt is not None:
-            texts.add(str(txt))
-        rows.append((int(v), None if txt is None else str(txt)))  # type: ignore[call-overload]
-    scan.count("nvtx", scan.count_rows(t, src.where))
-    ids = scan.intern_texts(texts)
-    for v, txt in rows:
-        scan.see("nvtx", ids[txt] if txt is not None else v)
+    scan.count("nvtx", scan.count_rows(src.table, where))
+    if not scan.values_wanted:
+        return
+    inline = inline_text_sql(scan.schema, src.table)
+    if inline != "NULL":
+        texts = scan.texts(f"SELECT DISTINCT {inline} FROM {t} WHERE {where} "
+                           f"AND ({inline}) IS NOT NULL")
+        ids = scan.intern_texts(texts)
+        scan.see_all("nvtx", [ids[text] for text in texts])
+    for (v,) in scan.rows(f"SELECT DISTINCT {scan.col(src.table, 'textId')} FROM {t} "
+                          f"WHERE {where} AND ({inline}) IS NULL"):
+        scan.see("nvtx", int(v))  # type: ignore[call-overload]
 
 
 def _pcf(values: Mapping[str, list[str]]) -> PcfBlocks:

@@ -98,12 +98,10 @@ class ExportNames(ExportBase):
         return self.inline_ids()
 
     def _intern_sorted(self, found: list[str]) -> None:
-        self._inline_ids = {}
-        for text in sorted(found):
-            if text not in self._inline_ids:
-                nid = -(len(self._inline_ids) + 2)  # -1 stays "no string"
-                self._inline_ids[text] = nid
-                self._inline[nid] = text
+        texts = sorted(set(found))  # -2, -3, ... in text order: -1 stays "no string"
+        ids = range(-2, -2 - len(texts), -1)
+        self._inline_ids = dict(zip(texts, ids, strict=True))
+        self._inline.update(zip(ids, texts, strict=True))
 
     def intern_inline(self, text: str) -> int:
         """Negative id for an inline NVTX text (new texts get the next free id)."""

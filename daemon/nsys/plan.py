@@ -122,6 +122,12 @@ class _Planner:
     def see(self, key: str, value: int) -> None:
         self.values.setdefault(key, set()).add(value)
 
+    def see_all(self, key: str, values: Iterable[int]) -> None:
+        self.values.setdefault(key, set()).update(values)
+
+    def texts(self, sql: str) -> list[str]:
+        return self.x.texts(sql)
+
     def count(self, kind: str, n: int) -> None:
         if n:
             self.counts[kind] = self.counts.get(kind, 0) + n

@@ -144,17 +144,37 @@ def string_label(names: Names, sid: int) -> str:
     return "(unknown)" if sid < 0 else pv.sanitize_label(names.string(sid))
 
 
+def string_labels(names: Names, sids: list[int]) -> list[str]:
+    """``string_label`` of every id, in order."""
+    texts = pv.sanitize_many([names.string(sid) for sid in sids if sid >= 0])
+    if len(texts) == len(sids):
+        return texts
+    known = iter(texts)
+    return ["(unknown)" if sid < 0 else next(known) for sid in sids]
+
+
 class ValueGroup(msgspec.Struct, frozen=True):
     """Event values numbered by label (one .pcf value table): how an id becomes its label."""
 
     name: str
     label: Callable[[Names, int], str] = string_label
+    #: ``label`` of many ids at once, in order (None: ``labels_of`` says)
+    labels: Callable[[Names, list[int]], list[str]] | None = None
     #: ids are StringIds ids, fetched in bulk before labelling
     string_ids: bool = True
     #: labels read from the plan even when the kind is not converted (NVTX domains)
     always: bool = False
     #: ids that have no label of their own (the default NVTX domain)
     skip: frozenset[int] = frozenset()
+
+    def labels_of(self, names: Names, sids: list[int]) -> list[str]:
+        """``label`` of every id, in order: in one batch where the group has one (``labels``,
+        or ``string_labels`` for ``string_label``), else id by id."""
+        if self.labels is not None:
+            return self.labels(names, sids)
+        if self.label is string_label:
+            return string_labels(names, sids)
+        return [self.label(names, sid) for sid in sids]
 
 
 class ChunkResult(msgspec.Struct):

@@ -5,8 +5,8 @@ objects and value ids, sequence numbers, and the per-thread state that spans chu
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -88,6 +88,8 @@ class Ids(Protocol):
     def thread(self, task_id: int, key: ThreadKey, name: str) -> int: ...
 
     def value(self, group: str, label: str) -> int: ...
+
+    def values_of(self, group: str, labels: Sequence[str]) -> list[int]: ...
 
 
 #: ``state_end`` of a thread that showed no state yet
@@ -261,8 +263,12 @@ class ReportContext(msgspec.Struct):
         todo = [u for u in found if u >= 0 and (group, u) not in known]
         if todo:  # their texts in one look-up
             self.names.strings(todo)
-        labels = [self.label(group, u) for u in found]
-        mapped = np.array([self.ids.value(group, lab) for lab in labels], dtype=np.int64)
+        get = known.get
+        made = [get((group, u)) for u in found]
+        labels = (cast(list[str], made) if None not in made else
+                  [self.label(group, u) if lab is None else lab
+                   for u, lab in zip(found, made, strict=True)])
+        mapped = np.array(self.ids.values_of(group, labels), dtype=np.int64)
         return mapped[inverse], labels, inverse
 
     def next_seq(self, kind: str, n: int) -> np.ndarray:

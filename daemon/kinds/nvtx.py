@@ -68,7 +68,11 @@ def _domain_label(names: Names, sid: int) -> str:
     return names.nvtx_domains().get(sid, f"domain {sid}")
 
 
-GROUP = ValueGroup("nvtx", label=_text_label)
+def _text_labels(names: Names, sids: list[int]) -> list[str]:
+    return pv.sanitize_many([names.string(sid) for sid in sids])
+
+
+GROUP = ValueGroup("nvtx", label=_text_label, labels=_text_labels)
 DOMAIN_GROUP = ValueGroup("nvtx_domain", label=_domain_label, string_ids=False, always=True,
                           skip=frozenset({0}))
 

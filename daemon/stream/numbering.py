@@ -11,7 +11,8 @@ A live numbering only ever appends, so published ids never change.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import msgspec
 
@@ -236,6 +237,26 @@ class Numbering:
         index[label] = found
         return found
 
+    def values_of(self, group: str, labels: Sequence[str]) -> list[int]:
+        """``value`` of every label, in order (new ones appended in that order): in one pass
+        when every new label is distinct and printable, each then its own clean label (an
+        export's thousands of inline NVTX texts), else label by label."""
+        index = self._value_index.setdefault(group, {})
+        get = index.get
+        found = [get(label) for label in labels]
+        if None not in found:
+            return cast(list[int], found)
+        new = [label for label, v in zip(labels, found, strict=True) if v is None]
+        if len(set(new)) == len(new) and "".join(new).isprintable():
+            known = self.values.setdefault(group, [])
+            first = len(known) + 1
+            known.extend(new)
+            index.update(zip(new, range(first, first + len(new)), strict=True))
+            return [index[label] for label in labels]
+        value = self.value
+        return [value(group, label) if v is None else v
+                for label, v in zip(labels, found, strict=True)]
+
     # -- views -----------------------------------------------------------------------------
     def layout(self) -> TraceLayout:
         """The trace's objects with their .row labels (``format.row_label``); the readable
@@ -292,6 +313,5 @@ class Numbering:
             for key in sorted(threads):
                 numbering.thread(task_id, key, threads[key])
         for group in sorted(values):
-            for label in sorted(values[group]):
-                numbering.value(group, label)
+            numbering.values_of(group, sorted(values[group]))
         return numbering

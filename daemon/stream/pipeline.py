@@ -299,11 +299,10 @@ def _read_value_labels(rep: PreparedReport) -> dict[str, set[str]]:
         group = groups.get(key)
         if group is None:
             continue
-        labels = out.setdefault(group.name, set())
-        for value in values:
-            if value not in group.skip:
-                label = made[(group.name, value)] = group.label(rep.export, value)
-                labels.add(label)
+        ids = [value for value in values if value not in group.skip]
+        labels = group.labels_of(rep.export, ids)
+        made.update(zip([(group.name, value) for value in ids], labels, strict=True))
+        out.setdefault(group.name, set()).update(labels)
     rep.labels = made
     return out
 
@@ -323,8 +322,7 @@ def register_report(numbering: Numbering, objects: ReportObjects,
         for key in sorted(threads):
             numbering.thread(task, key, threads[key])
     for group in sorted(values):
-        for label in sorted(values[group]):
-            numbering.value(group, label)
+        numbering.values_of(group, sorted(values[group]))
     return tasks
 
 

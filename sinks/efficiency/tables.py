@@ -7,6 +7,7 @@ extremes, so tables of disjoint sets of reports merge exactly.
 
 from __future__ import annotations
 
+import heapq
 from array import array
 
 import numpy as np
@@ -53,12 +54,17 @@ class Tables:
 
     def add(self, rows: TableRows) -> None:
         table = self.data.setdefault(rows.table, {})
-        for name, c, t, lo, hi, nb in zip(rows.names, rows.count.tolist(), rows.total.tolist(),
-                                          rows.min.tolist(), rows.max.tolist(),
-                                          rows.bytes.tolist(), strict=True):
-            old = table.get(name)
-            row = [c, t, lo, hi, nb]
-            table[name] = row if old is None else _fold(old, row)
+        new = [list(row) for row in zip(rows.count.tolist(), rows.total.tolist(),
+                                        rows.min.tolist(), rows.max.tolist(),
+                                        rows.bytes.tolist(), strict=True)]
+        if len(new) != len(rows.names):
+            raise ValueError(f"{len(rows.names)} names for {len(new)} table rows")
+        if table.keys().isdisjoint(rows.names) and len(set(rows.names)) == len(new):
+            table.update(zip(rows.names, new, strict=True))  # names met for the first time
+        else:
+            for name, row in zip(rows.names, new, strict=True):
+                old = table.get(name)
+                table[name] = row if old is None else _fold(old, row)
         if len(table) > NAME_CAP:
             self._cap(table, rows.table)
 
@@ -84,16 +90,20 @@ class Tables:
             rows = self.data[table]
             if not rows:
                 continue
-            total = sum(v[_TOTAL] for v in rows.values())
-            order = sorted(rows, key=lambda k: (-rows[k][_TOTAL], k))
+            totals = [v[_TOTAL] for v in rows.values()]
+            total = sum(totals)
+            # the names sorted by total (largest first), then name, are only needed as far
+            # as the n-th: those whose total reaches the n-th largest are the candidates
+            least = heapq.nlargest(n, totals)[-1] if n > 0 else None
+            leading = [k for k, v in rows.items() if least is not None and v[_TOTAL] >= least]
+            order = sorted(leading, key=lambda k: (-rows[k][_TOTAL], k))
             shown = [(k, rows[k]) for k in order[:n] if k != _OTHER]
             keys = {k for k, _ in shown}
-            rest = [rows[k] for k in order if k not in keys]
-            if rest:
-                acc = rest[0]
-                for v in rest[1:]:
-                    acc = _fold(acc, v)
-                shown.append((_OTHER, acc))
+            rest = [v for k, v in rows.items() if k not in keys]
+            if rest:  # summed by column (what folding them one by one gives)
+                count, total_ns, lo, hi, nbytes = zip(*rest, strict=True)
+                shown.append((_OTHER, [sum(count), sum(total_ns), min(lo), max(hi),
+                                       sum(nbytes)]))
             out[table] = [_row(table, k, v, total) for k, v in shown]
         return out
 

@@ -30,3 +30,23 @@ def test_every_task_starts_with_a_cpu_thread(procs: dict[int, tuple[set[int], se
         else:
             assert entry.thread_keys == [cpu_key(pid), *sorted(threads)]
             assert entry.thread_names[0] == f"{MAIN_THREAD} {pid}"
+
+
+_VALUE_LABELS = st.lists(st.text(max_size=4) | st.sampled_from(["a", "b", "a\u2028", "a ",
+                                                                 "\x85b", "k<int>"]),
+                         max_size=10)
+
+
+@given(before=_VALUE_LABELS, labels=_VALUE_LABELS)
+def test_values_of_is_value_of_each_label_in_order(before: list[str],
+                                                   labels: list[str]) -> None:
+    """Labels new and known, repeated, printable or not: the ids and the appended labels are
+    what ``value`` of each label in turn gives."""
+    batch, one_by_one = Numbering(), Numbering()
+    for numbering in (batch, one_by_one):
+        for label in before:
+            numbering.value("g", label)
+    assert batch.values_of("g", labels) == [one_by_one.value("g", lab) for lab in labels]
+    assert batch.values == one_by_one.values
+    assert [batch.value("g", lab) for lab in [*before, *labels, "fresh"]] == \
+        [one_by_one.value("g", lab) for lab in [*before, *labels, "fresh"]]

@@ -32,3 +32,13 @@ def test_the_memo_is_bounded_and_keeps_no_long_text() -> None:
     for i in range(pv._SANITIZED_KEPT + 10):
         assert pv.sanitize_label(f"kernel_{i}\x01") == f"kernel_{i}"
     assert 0 < len(pv._SANITIZED) <= pv._SANITIZED_KEPT
+
+
+_LABEL_TEXTS = st.lists(st.text(max_size=8) | st.sampled_from(["", "  ", "a\tb", "\x7f", "x" * 401,
+                                                                " " + "y" * 400 + " "]),
+                        max_size=12)
+
+
+@given(texts=_LABEL_TEXTS)
+def test_sanitize_many_is_sanitize_label_of_each(texts: list[str]) -> None:
+    assert pv.sanitize_many(texts) == [pv.sanitize_label(t) for t in texts]

@@ -463,6 +463,13 @@ def cli(*argv: str) -> int:
         return exc.exit_status
     as_json = configure_logging(settings.log_level, json=settings.log_json,
                                 service=args.command in _SERVICE_COMMANDS)
+    if args.command == "convert" and not settings.dask:
+        # one large export: its reader process starts while the converter's modules load
+        from prvstream.daemon.nsys import readerstart
+
+        readerstart.start_early(args.inputs, settings.reader and not settings.pure_python)
+    if _numpy_pending:
+        _load_numpy()
     from prvstream.daemon import runtime
 
     runtime.apply(settings)
@@ -484,6 +491,8 @@ def cli(*argv: str) -> int:
 
 #: whether ``main`` paused the cyclic garbage collector for this process's start-up
 _paused = False
+#: whether ``cli`` is to load numpy (``_load_numpy``) before the command's modules
+_numpy_pending = False
 
 
 def _starting() -> None:
@@ -568,6 +577,7 @@ def _load_numpy() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point (``argv`` given: a call from Python, which leaves the
     process's garbage collector alone)."""
+    global _numpy_pending
     # numpy's BLAS starts a thread per core as numpy loads (about 0.1 s of CPU a process on
     # two cores); prvstream does no linear algebra: one thread unless the user chose. The
     # reader process inherits it.
@@ -580,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from prvstream.daemon.nsys.sqlitemode import unlock_connections
 
             unlock_connections()
-            _load_numpy()
+            _numpy_pending = True  # loaded by ``cli`` once the reader may have started
     try:
         return cli(*(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse's --help / usage errors

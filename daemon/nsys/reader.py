@@ -18,7 +18,6 @@ import atexit
 import contextlib
 import json
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import IO
 
 import numpy as np
 
-from prvstream.daemon.nsys import _readerchild, presort, rowfill, tables
+from prvstream.daemon.nsys import presort, readerstart, rowfill, tables
 from prvstream.daemon.nsys._readerchild import (
     FRAME,
     STATUS_BAD_VALUE,
@@ -50,7 +49,7 @@ InlineTexts = tuple[str, Callable[[list[str]], list[int]]]
 
 def enabled() -> bool:
     """Whether the reader process can run here (``Settings.reader`` says whether to use it)."""
-    return rowfill.ROW_FILLER.compiled() and bool(sys.executable)
+    return readerstart.enabled()
 
 
 #: ``fcntl.F_SETPIPE_SZ`` (Linux; the module names it from Python 3.10 on, not everywhere)
@@ -73,12 +72,10 @@ def _widen_pipe(pipe: IO[bytes]) -> None:
 class ReaderProcess:
     """The child process and the framing of its answers."""
 
-    def __init__(self) -> None:
-        self._proc = subprocess.Popen(  # the filler is built: ``enabled()`` checked it
-            [sys.executable, "-I", "-S", _readerchild.__file__, rowfill.ROW_FILLER.file or "",
-             (rowfill.SQL_ROWS.file or "") if rowfill.SQL_ROWS.compiled() else ""],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            close_fds=True)
+    def __init__(self, started: subprocess.Popen[bytes] | None = None) -> None:
+        """Start the child (the filler is built: ``enabled()`` checked it), or take one
+        ``started`` already (``readerstart.take``)."""
+        self._proc = started if started is not None else readerstart.spawn()
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in: IO[bytes] = self._proc.stdin
         self._out: IO[bytes] = self._proc.stdout
@@ -332,7 +329,7 @@ def lease(path: Path) -> ReaderLease | None:
             _reader = None
         if _reader is None:
             try:
-                _reader = ReaderProcess()
+                _reader = ReaderProcess(readerstart.take())
             except OSError as exc:
                 log.warning("reader_unavailable", error=str(exc))
                 return None
@@ -356,7 +353,7 @@ def prestart() -> None:
     with _lock:
         if _reader is None:
             with contextlib.suppress(OSError):  # ``lease`` tries again and says why
-                _reader = ReaderProcess()
+                _reader = ReaderProcess(readerstart.take())
 
 
 def _release() -> None:

@@ -13,18 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from prvstream.sinks.native import OptionalExtension
+from prvstream.daemon.nsys.readerstart import ROW_FILLER, SQL_ROWS
 
 __all__ = ["ROW_FILLER", "SQL_ROWS", "Layout", "field_layout", "field_offset", "rows_to_array",
            "sql_borrow"]
-
-#: the compiled filler (optional; its packed layouts assume a little-endian machine)
-ROW_FILLER = OptionalExtension("prvstream.daemon.nsys._rowfill", "fill_rows", "row filler",
-                               little_endian=True)
-#: SQLite rows fetched straight into the layout in C, for the reader process (optional:
-#: built where SQLite's header was there; without it the reader fetches tuples and fills)
-SQL_ROWS = OptionalExtension("prvstream.daemon.nsys._sqlrows", "open", "SQLite row reader",
-                             little_endian=True)
 
 
 def sql_borrow() -> Callable[..., Any] | None:

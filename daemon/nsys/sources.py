@@ -15,6 +15,7 @@ import numpy as np
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export
+from prvstream.daemon.nsys.readerstart import PRESTART_BYTES
 from prvstream.sinks.logger import get_logger
 
 if TYPE_CHECKING:
@@ -143,11 +144,9 @@ def _lease(export: Export) -> ReaderLease | None:
     return reader.lease(export.path) if reader.enabled() else None
 
 
-#: an export file at least this large is likely to hold the rows the reader reads from
-#: (``_READER_MIN_ROWS``): synthetic and pipeline exports take about 55 bytes a row, the real
-#: ones 100 to 400 (their other tables); a reader started for a report it does not read from
-#: idles until the batch retires it
-_PRESTART_BYTES = 4 << 20
+#: ``readerstart.PRESTART_BYTES``: an export file at least this large is likely to hold the
+#: rows the reader reads from
+_PRESTART_BYTES = PRESTART_BYTES
 
 
 def prestart_reader(path: Path, use_reader: bool = True) -> bool:

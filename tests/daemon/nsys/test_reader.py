@@ -314,3 +314,69 @@ def test_a_large_single_report_starts_the_reader_before_it_is_planned(
     finally:
         rep.close()
         reader.shutdown()
+
+
+_EARLY_DRIVER = """
+import subprocess, sys
+from prvstream.daemon.nsys import readerstart
+readerstart.PRESTART_BYTES = 0  # the test's export is small: start the reader for any
+starts = []
+real = subprocess.Popen.__init__
+def init(self, args, *rest, **kw):
+    starts.append((" ".join(map(str, args)), "numpy" in sys.modules))
+    real(self, args, *rest, **kw)
+subprocess.Popen.__init__ = init
+from prvstream.daemon.cli.main import main
+sys.argv = ["prvstream", "convert", *sys.argv[1:]]
+status = main()
+print(repr(starts))
+sys.exit(status)
+"""
+
+
+def test_a_conversion_starts_its_reader_before_numpy_loads(tmp_path: Path) -> None:
+    """The console's conversion of one large export (60k rows: the reader reads it) starts
+    the reader process before numpy and the converter's modules load
+    (``readerstart.start_early``), streams through that one child (no second start), and
+    writes what an in-process read writes."""
+    import ast
+    import subprocess
+    import sys
+
+    from prvstream.daemon.synthetic.synth import steps_for_rows
+
+    export = write_job(tmp_path / "big", SynthSpec(ranks=1, steps=steps_for_rows(60_000),
+                                                   seed=3))[0]
+    out = tmp_path / "early"
+    proc = subprocess.run([sys.executable, "-c", _EARLY_DRIVER, str(export), "-o", str(out),
+                           "-q"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    starts = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    children = [numpy_loaded for cmd, numpy_loaded in starts if "_readerchild.py" in cmd]
+    assert children == [False]
+    convert([str(export)], tmp_path / "inproc", load_settings(None, {"reader": False}, {}))
+    for ext in (".prv", ".pcf", ".row"):
+        assert out.with_suffix(ext).read_bytes() == (tmp_path / "inproc").with_suffix(
+            ext).read_bytes()
+
+
+def test_start_early_only_for_one_large_export_with_the_reader_on(
+        job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prvstream.daemon.nsys import readerstart
+
+    size = job[0].stat().st_size
+    monkeypatch.setattr(readerstart, "PRESTART_BYTES", size)
+    assert not readerstart.start_early([str(job[0]), str(job[1])], True)
+    assert not readerstart.start_early([str(job[0])], False)
+    assert not readerstart.start_early([str(job[0].parent)], True)
+    assert not readerstart.start_early([str(tmp_path / "missing.sqlite")], True)
+    monkeypatch.setattr(readerstart, "PRESTART_BYTES", size + 1)
+    assert not readerstart.start_early([str(job[0])], True)
+    assert readerstart.take() is None
+    monkeypatch.setattr(readerstart, "PRESTART_BYTES", size)
+    assert readerstart.start_early([str(job[0])], True)
+    assert not readerstart.start_early([str(job[0])], True)  # one at a time
+    child = readerstart.take()
+    assert child is not None and child.poll() is None
+    readerstart._close(child)  # what exit does with a child no conversion took
+    assert child.poll() is not None

@@ -22,6 +22,9 @@ __all__ = ["MAX_WINDOW", "reorder"]
 #: instructions, the converter 2.05 -> 2.24 G, SQLite's sorts of the API table and the comm
 #: join gone); held rows are at most 65,536 x the kind's row (40 to 56 bytes here)
 MAX_WINDOW = 65536
+#: held runs merged into one beyond this many (a table disordered within a few chunks starts
+#: a run at nearly every chunk)
+_MOST_RUNS = 8
 
 
 def _pieces(chunk: np.ndarray, size: int) -> Iterator[np.ndarray]:
@@ -38,23 +41,69 @@ def _raw(chunk: np.ndarray) -> np.ndarray:
     return chunk.view(np.dtype((np.void, chunk.dtype.itemsize)))
 
 
-def _merge_into(held: deque[np.ndarray], chunk: np.ndarray) -> None:
-    """Put ``chunk``'s rows into ``held`` (sorted as a whole): the held rows that start after
-    the chunk's first row are sorted together with it, stably (held rows first)."""
-    first = int(chunk["start"].min())
-    tail: list[np.ndarray] = []
-    while held and int(held[-1]["start"][0]) > first:
-        tail.append(held.pop())
-    if held and int(held[-1]["start"][-1]) > first:
-        last = held.pop()
-        cut = int(last["start"].searchsorted(first, side="right"))
-        held.append(last[:cut])
-        tail.append(last[cut:])
-    tail.reverse()
-    parts = [*tail, chunk]
-    merged = np.concatenate([_raw(p) for p in parts]).view(chunk.dtype) if tail else chunk
-    order = merged["start"].argsort(kind="stable")
-    held.append(_raw(merged)[order].view(chunk.dtype))
+class _Run:
+    """Rows sorted by start (ties in rowid order), as the pieces they arrived in; every row of
+    a run comes before (in the scan) every row of the runs after it."""
+
+    __slots__ = ("last", "pieces", "rows")
+
+    def __init__(self, chunk: np.ndarray) -> None:
+        self.pieces: deque[np.ndarray] = deque([chunk])
+        self.rows = len(chunk)
+        self.last = int(chunk["start"][-1])
+
+    def append(self, chunk: np.ndarray) -> None:
+        self.pieces.append(chunk)
+        self.rows += len(chunk)
+        self.last = int(chunk["start"][-1])
+
+    def head(self, n: int) -> np.ndarray:
+        """The first ``n`` rows (or all), as one array (a view when one piece holds them)."""
+        first = self.pieces[0]
+        if len(first) >= n:
+            return first[:n]
+        parts: list[np.ndarray] = []
+        got = 0
+        for piece in self.pieces:
+            parts.append(_raw(piece[: n - got]))
+            got += len(parts[-1])
+            if got >= n:
+                break
+        return np.concatenate(parts).view(first.dtype)
+
+    def drop(self, n: int) -> None:
+        """Forget the first ``n`` rows."""
+        self.rows -= n
+        while n:
+            first = self.pieces[0]
+            if len(first) <= n:
+                self.pieces.popleft()
+                n -= len(first)
+            else:
+                self.pieces[0] = first[n:]
+                n = 0
+
+
+def _sorted(chunk: np.ndarray) -> np.ndarray:
+    """``chunk`` in start order, ties in scan order (itself when it is)."""
+    start = chunk["start"]
+    if not bool((start[1:] < start[:-1]).any()):
+        return chunk
+    return _raw(chunk)[start.argsort(kind="stable")].view(chunk.dtype)
+
+
+def _take(runs: list[_Run], n: int) -> np.ndarray:
+    """The first ``n`` rows of the runs merged (start order; ties: the earlier run first, then
+    the run's own order), removed from them; emptied runs are dropped."""
+    heads = [run.head(n) for run in runs]
+    merged = np.concatenate([_raw(h) for h in heads]).view(heads[0].dtype)
+    order = merged["start"].argsort(kind="stable")[:n]  # concatenated in run order: stable
+    bounds = np.cumsum([len(h) for h in heads])
+    taken = np.bincount(bounds.searchsorted(order, side="right"), minlength=len(runs))
+    for run, k in zip(runs, taken.tolist(), strict=True):
+        run.drop(k)
+    runs[:] = [run for run in runs if run.rows]
+    return _raw(merged)[order].view(merged.dtype)
 
 
 def reorder(chunks: Iterator[np.ndarray], window: int, chunk_rows: int) -> Iterator[np.ndarray]:
@@ -63,31 +112,55 @@ def reorder(chunks: Iterator[np.ndarray], window: int, chunk_rows: int) -> Itera
 
     Correct when no row has more than ``window`` rows before it (in the scan) that start
     later; ``window`` 0 passes the chunks through.
+
+    The held rows are kept as sorted runs: a chunk (sorted first if it is not) that starts no
+    earlier than the last run ends extends that run, else it starts a new one, and rows leave
+    as the runs' heads merged. A table stored as one sorted run per process (an export's API
+    calls) is then reordered in one pass, where merging every chunk into one sorted buffer
+    copied the whole window again for each chunk of the second run; with one run the chunks
+    pass through uncopied.
     """
     if window <= 0:
         yield from chunks
         return
-    held: deque[np.ndarray] = deque()  # sorted as a whole, in order
+    runs: list[_Run] = []
     count = 0
     for chunk in chunks:
         if not len(chunk):
             continue
-        start = chunk["start"]
-        if (held and int(start[0]) < int(held[-1]["start"][-1])) or bool(
-                (start[1:] < start[:-1]).any()):
-            _merge_into(held, chunk)
+        chunk = _sorted(chunk)
+        if runs and int(chunk["start"][0]) >= runs[-1].last:
+            runs[-1].append(chunk)
         else:
-            held.append(chunk)
+            runs.append(_Run(chunk))
         count += len(chunk)
-        while held and count - len(held[0]) >= window:
-            front = held.popleft()
-            count -= len(front)
-            yield from _pieces(front, chunk_rows)
+        if len(runs) > _MOST_RUNS:  # many small runs (disorder within a few chunks): one
+            runs[:] = [_Run(_take(runs, count))]
+        if len(runs) == 1:  # whole pieces leave as they came
+            pieces = runs[0].pieces
+            while pieces and count - len(pieces[0]) >= window:
+                front = pieces.popleft()
+                runs[0].rows -= len(front)
+                count -= len(front)
+                yield from _pieces(front, chunk_rows)
+            if not pieces:
+                runs.clear()
         ready = count - window
-        if ready >= chunk_rows:  # part of the front is ready
-            front = held[0]
-            held[0] = front[ready:]
+        if ready >= chunk_rows:  # part of the runs' heads is ready
             count -= ready
-            yield from _pieces(front[:ready], chunk_rows)
-    for rest in held:
-        yield from _pieces(rest, chunk_rows)
+            yield from _pieces(_take(runs, ready) if len(runs) > 1 else _front(runs, ready),
+                               chunk_rows)
+    if len(runs) > 1:
+        yield from _pieces(_take(runs, count), chunk_rows)
+    for run in runs:
+        for rest in run.pieces:
+            yield from _pieces(rest, chunk_rows)
+
+
+def _front(runs: list[_Run], n: int) -> np.ndarray:
+    """The first ``n`` rows of the one run, removed from it."""
+    got = runs[0].head(n)
+    runs[0].drop(n)
+    if not runs[0].rows:
+        runs.clear()
+    return got

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from prvstream.daemon.config import load_settings
@@ -41,6 +41,27 @@ def test_reorder_is_a_stable_sort_when_the_window_suffices(starts: list[int], si
     assert all(len(c) <= size for c in out)
     expected = sorted(range(len(starts)), key=lambda i: starts[i])  # stable: ties by rowid
     assert got["rowid"].tolist() == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 60), max_size=120), min_size=1, max_size=4),
+       st.integers(1, 40), st.integers(0, 20), st.sampled_from([1, 2, 3, 8]))
+@example(blocks=[[5], [3, 4, 6], [6]], size=2, slack=20, most_runs=8)  # a tie across runs
+def test_reorder_of_sorted_runs_one_per_process(blocks: list[list[int]], size: int,
+                                               slack: int, most_runs: int) -> None:
+    """A table stored as one sorted block per process (each starting back at the beginning
+    of time), with ties across blocks: a stable sort, whatever the run limit."""
+    starts = [s for block in blocks for s in sorted(block)]
+    window = _displaced(starts) + slack
+    saved = presort._MOST_RUNS
+    presort._MOST_RUNS = most_runs
+    try:
+        out = list(reorder(iter(_chunks(starts, size)), window, size))
+    finally:
+        presort._MOST_RUNS = saved
+    got = np.concatenate(out) if out else np.empty(0, _DTYPE)
+    assert all(len(c) <= size for c in out)
+    assert got["rowid"].tolist() == sorted(range(len(starts)), key=lambda i: starts[i])
 
 
 @settings(max_examples=100, deadline=None)

@@ -15,7 +15,7 @@ import numpy as np
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export
-from prvstream.daemon.nsys.readerstart import PRESTART_BYTES
+from prvstream.daemon.nsys.readerstart import large_file
 from prvstream.sinks.logger import get_logger
 
 if TYPE_CHECKING:
@@ -144,22 +144,13 @@ def _lease(export: Export) -> ReaderLease | None:
     return reader.lease(export.path) if reader.enabled() else None
 
 
-#: ``readerstart.PRESTART_BYTES``: an export file at least this large is likely to hold the
-#: rows the reader reads from
-_PRESTART_BYTES = PRESTART_BYTES
-
-
 def prestart_reader(path: Path, use_reader: bool = True) -> bool:
     """``reader.prestart`` for an export about to be planned and streamed alone, when its file
-    is ``_PRESTART_BYTES`` or more (``open_source`` then leases the reader started): the
-    child's interpreter starts while this process opens and plans the export. True when the
-    file is that large (the reader is then likely to read it)."""
-    if not use_reader:
-        return False
-    try:
-        if path.stat().st_size < _PRESTART_BYTES:
-            return False
-    except OSError:
+    is ``readerstart.PRESTART_BYTES`` or more (``readerstart.large_file``; ``open_source``
+    then leases the reader started): the child's interpreter starts while this process opens
+    and plans the export. True when the file is that large (the reader is then likely to read
+    it)."""
+    if not use_reader or not large_file(path):
         return False
     from prvstream.daemon.nsys import reader
 

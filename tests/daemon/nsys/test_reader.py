@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from prvstream.daemon.config import load_settings
-from prvstream.daemon.nsys import reader, sources, tables
+from prvstream.daemon.nsys import reader, readerstart, sources, tables
 from prvstream.daemon.nsys.export import open_export
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
@@ -285,7 +285,7 @@ def test_the_join_driver_s_bounds_are_read_once(job: list[Path],
 
 def test_a_large_single_report_starts_the_reader_before_it_is_planned(
         job: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """``prestart_reader``: a report streamed alone from a file of ``_PRESTART_BYTES`` or
+    """``prestart_reader``: a report streamed alone from a file of ``PRESTART_BYTES`` or
     more starts the reader before its export opens, and its stream leases that one; a smaller
     file, or the reader switched off, starts none early."""
     from prvstream.daemon.stream import pipeline
@@ -301,11 +301,11 @@ def test_a_large_single_report_starts_the_reader_before_it_is_planned(
 
     monkeypatch.setattr(pipeline, "open_export", opening)
     for limit, use in ((size + 1, True), (size, False)):
-        monkeypatch.setattr(sources, "_PRESTART_BYTES", limit)
+        monkeypatch.setattr(readerstart, "PRESTART_BYTES", limit)
         pipeline.prepare(job[0], None, prefetch_rows=16, use_reader=use).close()
         reader.shutdown()  # the stream's own lease started one after the export opened
     assert started == [0, 0]
-    monkeypatch.setattr(sources, "_PRESTART_BYTES", size)
+    monkeypatch.setattr(readerstart, "PRESTART_BYTES", size)
     rep = pipeline.prepare(job[0], None, prefetch_rows=16)
     try:
         assert started[-1] != 0 and reader._reader is not None
@@ -362,8 +362,6 @@ def test_a_conversion_starts_its_reader_before_numpy_loads(tmp_path: Path) -> No
 
 def test_start_early_only_for_one_large_export_with_the_reader_on(
         job: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from prvstream.daemon.nsys import readerstart
-
     size = job[0].stat().st_size
     monkeypatch.setattr(readerstart, "PRESTART_BYTES", size)
     assert not readerstart.start_early([str(job[0]), str(job[1])], True)

@@ -94,8 +94,10 @@ class Tables:
             total = sum(totals)
             # the names sorted by total (largest first), then name, are only needed as far
             # as the n-th: those whose total reaches the n-th largest are the candidates
-            least = heapq.nlargest(n, totals)[-1] if n > 0 else None
-            leading = [k for k, v in rows.items() if least is not None and v[_TOTAL] >= least]
+            leading: list[str] = []
+            if n > 0:
+                least = heapq.nlargest(n, totals)[-1]
+                leading = [k for k, v in rows.items() if v[_TOTAL] >= least]
             order = sorted(leading, key=lambda k: (-rows[k][_TOTAL], k))
             shown = [(k, rows[k]) for k in order[:n] if k != _OTHER]
             keys = {k for k, _ in shown}

@@ -2,7 +2,8 @@
 process, every measured command a child process (wall time, peak RSS of its process tree).
 
 - ``many``: ``convert`` of N small exports against one export with as many rows (paired,
-  interleaved runs): the cost per record of the fixed per-report work (target: at most 2x);
+  interleaved runs): the cost per record of the fixed per-report work (target: at most 2x),
+  and that cost split into start-up, per report and per record (``costfit``);
 - ``daemon``: N small reports dropped at once into a watched job: time until all are
   committed against a batch ``convert`` of the same, the append cost against the tasks
   already in the trace, the daemon's peak RSS;
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prvstream.daemon.synthetic.costfit import fit_costs
 from prvstream.daemon.synthetic.procmem import wait_with_peak
 from prvstream.daemon.synthetic.synth import SynthSpec, export_name, steps_for_rows, write_export
 from prvstream.sinks.errors import PrvstreamError
@@ -140,32 +142,51 @@ def _small_job(directory: Path, reports: int, layers: int = 12) -> list[Path]:
 
 
 def bench_many(a: ScaleArgs, work: Path) -> dict[str, Any]:
-    """Paired, interleaved runs: medians, and the range of the per-pair ratios."""
+    """Paired, interleaved runs: medians, and the range of the per-pair ratios; the same
+    number of smaller reports and one of them alone as well, for ``costfit``'s split of the
+    wall time into start-up, a fixed cost per report and a cost per record."""
     reports = a.reports or 400
     small = _small_job(work / f"many-{reports}", reports)
+    lean = _small_job(work / f"many-{reports}-l1", reports, layers=1)
     one = SynthSpec(ranks=1)
     rows = _job_rows(small[:5]) // min(5, len(small)) * reports
     one = SynthSpec(ranks=1, steps=steps_for_rows(rows, one))
     big = exports_once(work / f"big-{rows}", one)[0]
     extra = ("--fan-in", str(a.fan_in)) if a.fan_in else ()
-    t_small: list[float] = []
-    t_big: list[float] = []
+    times: dict[str, list[float]] = {"many": [], "one": [], "lean": [], "single": []}
+    runs = {"many": ([str(small[0].parent)], extra), "one": ([str(big)], ()),
+            "lean": ([str(lean[0].parent)], extra), "single": ([str(lean[0])], ())}
     loads: list[float] = []
     for _ in range(a.reps):
         loads.append(_load())
-        t_small.append(_convert([str(small[0].parent)], work / "out-many", work / "many.log",
-                                a.timeout, *extra)[0])
-        t_big.append(_convert([str(big)], work / "out-big", work / "big.log", a.timeout)[0])
-    n_small, n_big = _records(work / "out-many.prv"), _records(work / "out-big.prv")
-    ms, mb = statistics.median(t_small), statistics.median(t_big)
+        for name, (inputs, options) in runs.items():
+            times[name].append(_convert(inputs, work / f"out-{name}", work / f"{name}.log",
+                                        a.timeout, *options)[0])
+    records = {name: _records(work / f"out-{name}.prv") for name in runs}
+    med = {name: statistics.median(t) for name, t in times.items()}
+    n_small, n_big = records["many"], records["one"]
+    ms, mb = med["many"], med["one"]
     per = n_big / n_small
-    return {"reports": reports, "reps": a.reps, "records_many": n_small, "records_one": n_big,
-            "seconds_many": round(ms, 2), "seconds_one": round(mb, 2),
-            "ratio": round(ms / mb * per, 2),
-            "ratio_pairs": sorted(round(x / y * per, 2) for x, y in zip(t_small, t_big,
-                                                                        strict=True)),
-            "fixed_ms_per_report": round((ms - n_small * mb / n_big) / reports * 1e3, 1),
-            "load": loads}
+    result: dict[str, Any] = {
+        "reports": reports, "reps": a.reps, "records_many": n_small, "records_one": n_big,
+        "seconds_many": round(ms, 2), "seconds_one": round(mb, 2),
+        "ratio": round(ms / mb * per, 2),
+        "ratio_pairs": sorted(round(x / y * per, 2) for x, y in zip(times["many"],
+                                                                    times["one"],
+                                                                    strict=True)),
+        "fixed_ms_per_report": round((ms - n_small * mb / n_big) / reports * 1e3, 1),
+        "records_lean": records["lean"], "seconds_lean": round(med["lean"], 2),
+        "seconds_single": round(med["single"], 3), "load": loads}
+    if reports >= 2 and records["lean"] != n_small:
+        fit = fit_costs(reports=reports, many_s=ms, many_records=n_small, lean_s=med["lean"],
+                        lean_records=records["lean"], single_s=med["single"], one_s=mb,
+                        one_records=n_big)
+        result["fit"] = {"startup_s": round(fit.startup_s, 3),
+                         "fixed_ms_per_report": round(fit.fixed_s_per_report * 1e3, 2),
+                         "us_per_record_many": round(fit.s_per_record_many * 1e6, 3),
+                         "us_per_record_one": round(fit.s_per_record_one * 1e6, 3),
+                         "fixed_ms_allowed_at_2x": round(fit.fixed_s_allowed * 1e3, 2)}
+    return result
 
 
 def _job_rows(exports: Sequence[Path]) -> int:

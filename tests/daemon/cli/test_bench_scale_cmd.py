@@ -20,6 +20,11 @@ def test_bench_scale_many_small_against_one(tmp_path: Path,
     assert got == json.loads(report.read_text())
     assert got["reports"] == 3 and got["records_many"] > 0 and got["records_one"] > 0
     assert got["ratio"] > 0
+    # the same number of smaller reports, and one of them alone, for the cost split
+    assert 0 < got["records_lean"] < got["records_many"]
+    assert got["seconds_single"] > 0 and got["seconds_lean"] > 0
+    assert set(got["fit"]) == {"startup_s", "fixed_ms_per_report", "us_per_record_many",
+                               "us_per_record_one", "fixed_ms_allowed_at_2x"}
 
 
 @pytest.mark.slow

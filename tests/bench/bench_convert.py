@@ -108,6 +108,8 @@ def main() -> int:
           f"{platform.python_version()}, prvstream commit {commit()}, load {load():.2f}",
           flush=True)
     results = []
+    if args.dir:  # the parent of the run's temporary directory, made if need be
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="prvstream-bench-") as tmp:
         work = Path(tmp)
         for generator in (g for g in args.generators.split(",") if g):

@@ -120,6 +120,8 @@ def main() -> int:
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings
+    if args.dir:  # the parent of the run's temporary directory, made if need be
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         r = run(args, Path(tmp))
     mode = f"poll {args.poll:g} s" if args.poll > 0 else "inotify"

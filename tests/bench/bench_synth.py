@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     args = parser.parse_args()
     sizes = [100_000, 1_000_000] + ([10_000_000] if args.big else [])
+    if args.dir:  # the parent of the run's temporary directory, made if need be
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         print(f"{'rows':>10} {'steps':>6} {'wall s':>7} {'cpu s':>7} {'rows/s':>9} "
               f"{'rows/cpu-s':>10} {'MiB':>7} {'peak RSS MiB':>12}")

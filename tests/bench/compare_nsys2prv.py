@@ -269,6 +269,8 @@ def main() -> int:
         raise SystemExit("the sqlite3 command-line shell is needed for the floor")
     n2p = ensure_venv(Path(args.venv))
     compile_bytecode()
+    if args.dir:  # the parent of the run's temporary directory, made if need be
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="prvstream-compare-") as tmp:
         work = Path(tmp)
         bindir = standin_bin(work)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prvstream.daemon import heap
+from prvstream.daemon import heap, stages
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds.bounds import hostile_text
 from prvstream.daemon.nsys import sqlitemode
@@ -53,9 +53,11 @@ def _verdict_text(head: RecordHead) -> str:
     return " ".join(text.removeprefix("verdict: ").split())
 
 
-def closing_block(result: ConvertResult, state: RecordHead, out: Path) -> str:
+def closing_block(result: ConvertResult, state: RecordHead, out: Path,
+                  timings: str | None = None) -> str:
     """What ``convert`` prints on success: the records, the efficiency and where things are
-    (``state``: the summary's head, ``EfficiencyModel.head``)."""
+    (``state``: the summary's head, ``EfficiencyModel.head``), and with ``timings``
+    (``convert --timings``) where the time went."""
     m = state.metrics
     prv, summary = f"{out}.prv", f"{out}.summary.json"
     lines = [
@@ -74,6 +76,8 @@ def closing_block(result: ConvertResult, state: RecordHead, out: Path) -> str:
     if state.notes:
         lines.append(f"  notes       {_plural(len(state.notes), 'note')} about the inputs: "
                      f"prvstream summary {summary}")
+    if timings is not None:
+        lines.append(f"  timings     {timings}")
     return "\n".join(lines) + "\n"
 
 
@@ -124,7 +128,10 @@ def _convert_into(args: argparse.Namespace, settings: Settings, out: Path,
     # decoded and encoded again; its directory's fsync also makes the trace's and the
     # history's renames there durable
     atomic_write(summary_path, model.state_json())
+    stages.mark("synced")
     result.outputs += [str(summary_path), str(history)]
     if not args.quiet:
-        sys.stdout.write(closing_block(result, model.head(), out))
+        clock = stages.current()
+        sys.stdout.write(closing_block(result, model.head(), out,
+                                       None if clock is None else clock.line()))
     return 1 if result.failed else 0

@@ -12,6 +12,7 @@ import gc
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -184,6 +185,9 @@ def _convert_parser(sub: Any) -> None:
                    help="replace output files even when prvstream did not write them")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="print nothing on success (errors still go to stderr)")
+    p.add_argument("--timings", action="store_true",
+                   help="also print where the time went: start-up, planning, converting "
+                        "(and waiting for the reader process), writing out")
     _dask(p)
     _common(p)
 
@@ -441,6 +445,7 @@ def _settings_for(args: argparse.Namespace) -> Settings:
 
 def cli(*argv: str) -> int:
     """Run the command line with ``argv`` (without the program name); return the exit status."""
+    entered = time.perf_counter()  # ``--timings`` of a call from Python start here
     parser = build_parser(_wanted(argv))
     if not argv:  # a first look: the tour
         sys.stderr.write(parser.format_help())
@@ -475,6 +480,12 @@ def cli(*argv: str) -> int:
     runtime.apply(settings)
     handler = importlib.import_module(_HANDLERS[args.command])
     _started()
+    timed = bool(getattr(args, "timings", False))  # ``convert --timings``
+    if timed:
+        from prvstream.daemon import stages
+
+        stages.start(None if _whole_process else entered)  # the console: the process's start
+        stages.mark("loaded")
     try:
         status: int = handler.run(args, settings)
     except PrvstreamError as exc:
@@ -486,6 +497,9 @@ def cli(*argv: str) -> int:
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
+    finally:
+        if timed:
+            stages.stop()
     return status
 
 
@@ -493,6 +507,8 @@ def cli(*argv: str) -> int:
 _paused = False
 #: whether ``cli`` is to load numpy (``_load_numpy``) before the command's modules
 _numpy_pending = False
+#: whether this process is the console script's (``convert --timings`` counts from its start)
+_whole_process = False
 
 
 def _starting() -> None:
@@ -577,12 +593,13 @@ def _load_numpy() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console-script entry point (``argv`` given: a call from Python, which leaves the
     process's garbage collector alone)."""
-    global _numpy_pending
+    global _numpy_pending, _whole_process
     # numpy's BLAS starts a thread per core as numpy loads (about 0.1 s of CPU a process on
     # two cores); prvstream does no linear algebra: one thread unless the user chose. The
     # reader process inherits it.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv is None:
+        _whole_process = True
         _starting()
         if sys.argv[1:2] and sys.argv[1] in _HANDLERS:  # every command's modules use msgspec
             _load_msgspec()

@@ -19,12 +19,14 @@ import contextlib
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
+from prvstream.daemon import stages
 from prvstream.daemon.nsys import presort, readerstart, rowfill, tables
 from prvstream.daemon.nsys._readerchild import (
     FRAME,
@@ -148,11 +150,15 @@ class ReaderProcess:
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
+        clock = stages.current()  # ``convert --timings``: the wait is counted
+        began = time.perf_counter() if clock is not None else 0.0
         while got < n:
             k = self._out.readinto(view[got:])  # type: ignore[attr-defined]
             if not k:
                 raise self._died("its output ended")
             got += k
+        if clock is not None:
+            clock.reader_wait += time.perf_counter() - began
         return buf
 
     def _died(self, what: str) -> PrvstreamError:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prvstream.daemon import stages
 from prvstream.daemon.config import Settings, user_kind
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.nsys.heldrows import RowSpill
@@ -265,6 +266,7 @@ def _convert(paths: list[Path], mine: list[Path], failed: list[tuple[str, str]],
                           "(each reason is given above)")
     if settings.kinds:
         _check_requested(everything, settings.kinds)
+    stages.mark("planned")
     # the model takes the reports in canonical order, each as soon as it and every report
     # before it have streamed (they end in about that order: the merge opens them so)
     ordered = sorted(everything, key=lambda r: r.sort_key)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import msgspec
 import numpy as np
 
+from prvstream.daemon import stages
 from prvstream.daemon.config import Settings
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.bounds import note_hostile
@@ -278,6 +279,7 @@ def write_trace(
                     None if progress is None else lambda: progress(
                         sum(n for k, n in result.rows.items() if not registry.get(k).derived),
                         planned_rows))
+            stages.mark("written")
             # the header is written last: objects registered while streaming are included
             fh.seek(0)
             fh.write(pv.header_line(ids.layout(), end_time, origin, capacity))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import sqlite3
 import subprocess
 import sys
@@ -250,3 +251,42 @@ def test_synth_says_what_it_wrote_and_what_next(tmp_path: Path) -> None:
     assert proc.stdout.startswith("prvstream: wrote 2 export(s) to job (about ")
     assert proc.stdout.rstrip().endswith("convert them with prvstream convert job -o OUT")
     assert len(list((tmp_path / "job").glob("*.sqlite"))) == 2
+
+
+_TIMINGS = re.compile(r"^  timings     start-up ([\d.]+) s, planning ([\d.]+) s, converting "
+                      r"([\d.]+) s(?: \(waiting for the reader ([\d.]+) s\))?, writing out "
+                      r"([\d.]+) s; ([\d.]+) s in all$", re.MULTILINE)
+
+
+def test_convert_timings_says_where_the_time_went(tmp_path: Path, export: Path) -> None:
+    proc = run_cli("convert", str(export), "-o", "out", "--timings", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    found = _TIMINGS.search(proc.stdout)
+    assert found is not None, proc.stdout
+    startup, planning, converting, _, writing, total = (
+        float(v) if v is not None else None for v in found.groups())
+    assert startup is not None and planning is not None and converting is not None
+    assert writing is not None and total is not None
+    # the process's start-up holds its imports (numpy's): the longest stage of a small export
+    assert startup > 0.01 and startup == max(startup, planning, converting, writing)
+    assert startup + planning + converting + writing == pytest.approx(total, abs=0.003)
+    _plain(proc)
+    plain = run_cli("convert", str(export), "-o", "again", cwd=tmp_path)
+    assert plain.returncode == 0 and "timings" not in plain.stdout
+    assert run_cli("convert", str(export), "-o", "quiet", "--timings", "--quiet",
+                   cwd=tmp_path).stdout == ""
+
+
+def test_convert_timings_counts_the_wait_for_the_reader(
+        tmp_path: Path, export: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from prvstream.daemon.cli.main import cli
+    from prvstream.daemon.nsys import sources
+
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)  # this small export read by the reader
+    assert cli("convert", str(export), "-o", str(tmp_path / "out"), "--no-progress",
+               "--timings") == 0
+    found = _TIMINGS.search(capsys.readouterr().out)
+    assert found is not None
+    converting, waited = float(found.group(3)), float(found.group(4))
+    assert 0 < waited <= converting

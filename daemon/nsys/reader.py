@@ -158,7 +158,7 @@ class ReaderProcess:
                 raise self._died("its output ended")
             got += k
         if clock is not None:
-            clock.reader_wait += time.perf_counter() - began
+            stages.waited(time.perf_counter() - began)
         return buf
 
     def _died(self, what: str) -> PrvstreamError:

@@ -235,6 +235,9 @@ class KindSpec(msgspec.Struct, frozen=True, eq=False, dict=True):
     #: the driving table and ``select``'s parts as unordered scans of it in rowid order, its
     #: rowid the last value (merged into ``select``'s order by ``daemon.nsys.joinscan``)
     scan_parts: Callable[[Schema], tuple[str, list[str]] | None] | None = None
+    #: ``scan_parts``' parts joining TEMP copies of their tables, and the statements that make
+    #: the copies (read run by run when the driving table is stored as a few runs)
+    copied_parts: Callable[[Schema], tuple[list[str], list[str]] | None] | None = None
     #: the plan scan of one source table (None: the kind is not planned)
     plan: Callable[[PlanScan, KindSource], None] | None = None
     #: value groups, by the key the plan stores the kind's distinct values under

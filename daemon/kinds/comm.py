@@ -17,7 +17,8 @@ from prvstream.sinks.logger import get_logger
 from prvstream.sinks.paraver import format as pv
 from prvstream.sinks.paraver.records import PRIO_BEGIN, comm_lines, make_keys
 
-__all__ = ["DRIVER", "SPEC", "convert", "scan_parts", "select_sql", "unwrapped_part"]
+__all__ = ["DRIVER", "SPEC", "convert", "copied_parts", "scan_parts", "select_sql",
+           "unwrapped_part"]
 
 log = get_logger(__name__)
 
@@ -51,23 +52,32 @@ def unwrapped_part(sql: str) -> str | None:
     return sql.replace(_DEVICE_STREAM, _BARE_DEVICE_STREAM)
 
 
-def _parts(schema: Schema, scan: bool) -> list[str]:
+#: the joined tables, in ``select_sql``'s part order, with each part's size-and-kind value
+_JOINED = (("CUPTI_ACTIVITY_KIND_KERNEL", "0"),
+           ("CUPTI_ACTIVITY_KIND_MEMCPY", "(COALESCE(g.bytes, 0) << 1) | 1"),
+           ("CUPTI_ACTIVITY_KIND_MEMSET", "(COALESCE(g.bytes, 0) << 1) | 1"))
+#: the joined tables' columns a part reads besides ``correlationId`` (``copied_parts``; the
+#: kernel part all but the last)
+_READ = ("start", "globalPid", "deviceId", "streamId", "bytes")
+#: the TEMP copy of the i-th joined table (``copied_parts``)
+_COPY = "prvstream_comm_{}"
+
+
+def _parts(schema: Schema, scan: bool, copied: bool = False) -> list[str]:
     """One SELECT per joined table (kernel, memcpy, memset), in ``select_sql``'s order;
     ``scan``: the API table scanned in rowid order (``NOT INDEXED``, outer loop forced by
-    ``CROSS JOIN``), its rowid the last value."""
+    ``CROSS JOIN``), its rowid the last value; ``copied``: each part joins its table's TEMP
+    copy (``copied_parts``)."""
+    if not schema.has(DRIVER, "correlationId"):
+        return []
     parts = []
     extra = ({"rowid": ", r.rowid", "scan": " NOT INDEXED CROSS"} if scan
              else {"rowid": "", "scan": ""})
-    if schema.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
-        parts.append(_SQL.format(device_stream=_DEVICE_STREAM, size_kind="0",
-                                 table="CUPTI_ACTIVITY_KIND_KERNEL", **extra))
-    for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+    for i, (table, size_kind) in enumerate(_JOINED):
         if schema.has(table, "correlationId"):
-            parts.append(_SQL.format(device_stream=_DEVICE_STREAM,
-                                     size_kind="(COALESCE(g.bytes, 0) << 1) | 1", table=table,
-                                     **extra))
-    if not schema.has(DRIVER, "correlationId"):
-        return []
+            joined = f"temp.{_COPY.format(i)}" if copied else table
+            parts.append(_SQL.format(device_stream=_DEVICE_STREAM, size_kind=size_kind,
+                                     table=joined, **extra))
     return parts
 
 
@@ -85,6 +95,31 @@ def scan_parts(schema: Schema) -> tuple[str, list[str]] | None:
     order)."""
     parts = _parts(schema, scan=True)
     return (DRIVER, parts) if parts else None
+
+
+def copied_parts(schema: Schema) -> tuple[list[str], list[str]] | None:
+    """``scan_parts``' parts joining TEMP copies of the joined tables, and the statements that
+    make the copies: each table's columns a part reads, with an index on ``correlationId``
+    then those columns in the table's own order, as the automatic index SQLite builds for the
+    join (a call with several GPU rows gets them in the same order), the copy's rows in the
+    table's rowid order. A copy is made once for a connection's parts, where SQLite builds an
+    automatic index for every statement: what lets the parts be read run by run
+    (``daemon.nsys.joinscan``). The statements write the connection's TEMP schema only."""
+    parts = _parts(schema, scan=True, copied=True)
+    if not parts:
+        return None
+    setup = []
+    for i, (table, _) in enumerate(_JOINED):
+        if not schema.has(table, "correlationId"):
+            continue
+        wanted = _READ if i else _READ[:-1]  # a kernel's part reads no bytes
+        read = [c for c in schema.tables[table] if c in wanted]
+        copy = _COPY.format(i)
+        columns = ", ".join(["correlationId", *read])
+        setup += [f"DROP TABLE IF EXISTS temp.{copy}",
+                  f"CREATE TEMP TABLE {copy} AS SELECT {columns} FROM {table}",
+                  f"CREATE INDEX temp.{copy}_key ON {copy}({columns})"]
+    return setup, parts
 
 
 def convert(ctx: ReportContext, chunk: np.ndarray) -> ChunkResult:
@@ -119,6 +154,7 @@ SPEC = KindSpec(
                     ("device", I4), ("stream", I4), ("size_kind", I8)]),
     select=select_sql,
     scan_parts=scan_parts,
+    copied_parts=copied_parts,
     convert=convert,
     available=_available,
     other_times=("recv",),

@@ -9,10 +9,20 @@ in rowid order and its rowid as a last value. The driving table's per-block leas
 the least start of every part's rows to come, and stable sorts of the parts' held rows in part
 order give SQLite's ties. Memory is the held rows: the table's disorder (a reorder window, as
 for the tables) plus a chunk per part, whatever the size of the export.
+
+A driving table stored as a few runs, each nearly in start order but each starting back at
+the beginning of time (real multi-process exports store each process's API calls in one block
+after the other's), is too far from start order for one scan. Its parts are then read run by
+run (``runs_of``: rowid ranges, each within the window), each with the run's own floors, the
+runs' rows merging like parts (ties by part, then by run: rowid order, as SQLite's). They join
+TEMP copies of the joined tables made once (the kind's ``copied_parts``): a statement per part
+and run, each building its own automatic index of a GPU table, cost twice the ordered join.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sqlite3
 from collections.abc import Callable, Iterator
 
@@ -22,13 +32,16 @@ from prvstream.daemon.nsys.storage_order import BLOCK, window_of
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["ROWID", "Floors", "floors", "merge", "scan_dtype", "stream"]
+__all__ = ["MOST_RUNS", "ROWID", "Floors", "floors", "merge", "runs_of", "scan_dtype",
+           "stream"]
 
 log = get_logger(__name__)
 
 #: the field of a part's rows holding the driving table's rowid
 ROWID = "_rowid"
 _NEVER = np.iinfo(np.int64).max
+#: the most runs a driving table is read as (each part then reads each run: a chunk each)
+MOST_RUNS = 8
 
 
 def scan_dtype(dtype: np.dtype) -> np.dtype:
@@ -53,6 +66,8 @@ class Floors:
     def __init__(self, first: int, least: np.ndarray, block: int = BLOCK) -> None:
         self.first = first
         self.block = block
+        #: least start of each block (the int64 maximum for an empty one)
+        self.least = least
         #: least start of blocks i.. (the int64 maximum past the last non-empty block)
         self.suffix = np.minimum.accumulate(least[::-1])[::-1] if len(least) else least
 
@@ -67,19 +82,61 @@ def floors(con: sqlite3.Connection, table: str, start: str, block: int = BLOCK
     """``table``'s floors and its reorder window (``storage_order.window_of``, rows).
 
     ``table`` and ``start`` are quoted identifiers."""
+    floor, window, _ = _floors_and_greatest(con, table, start, block)
+    return floor, window
+
+
+def _floors_and_greatest(con: sqlite3.Connection, table: str, start: str, block: int
+                         ) -> tuple[Floors, int, np.ndarray]:
+    """``floors``, and each block's greatest start (``-_NEVER`` for an empty block)."""
     lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
                          f"(SELECT MAX(rowid) FROM {table})").fetchone()
     if lo is None:
-        return Floors(0, np.empty(0, np.int64), block), 0
+        return Floors(0, np.empty(0, np.int64), block), 0, np.empty(0, np.int64)
     sql = f"SELECT MIN({start}), MAX({start}) FROM {table} WHERE rowid BETWEEN ? AND ?"
     least = np.full((int(hi) - int(lo)) // block + 1, _NEVER, dtype=np.int64)
+    greatest = np.full(len(least), -_NEVER, dtype=np.int64)
     bounds: list[tuple[int, int]] = []
     for i, first in enumerate(range(int(lo), int(hi) + 1, block)):
         low, high = con.execute(sql, (first, first + block - 1)).fetchone()
         if low is not None:
             least[i] = int(low)
+            greatest[i] = int(high)
             bounds.append((int(low), int(high)))
-    return Floors(int(lo), least, block), window_of(bounds, block)
+    return Floors(int(lo), least, block), window_of(bounds, block), greatest
+
+
+def runs_of(least: np.ndarray, greatest: np.ndarray, block: int, max_window: int,
+            most: int = MOST_RUNS) -> list[tuple[int, int]] | None:
+    """The driving table's blocks cut into runs ``(first, end)`` of block indexes, each
+    within ``max_window`` rows of start order (``window_of``), or None when that takes more
+    than ``most`` runs. A block starts a new run where, added to the current one, its rows
+    would have to pass the window's worth of that run's blocks or more."""
+    reach = max(1, max_window // block)
+    cuts = [0]
+    prefix: list[int] = []  # the current run's running greatest start, per non-empty block
+    at: list[int] = []  # their block indexes
+    for i in range(len(least)):
+        if least[i] == _NEVER:
+            continue
+        # the run's first block whose running greatest exceeds this block's least: this
+        # block's rows would pass it and every block after it
+        j = bisect.bisect_right(prefix, int(least[i]))
+        if j < len(prefix) and i - at[j] >= reach:
+            cuts.append(i)
+            prefix, at = [], []
+        prefix.append(max(int(greatest[i]), prefix[-1]) if prefix else int(greatest[i]))
+        at.append(i)
+    cuts.append(len(least))
+    runs = list(itertools.pairwise(cuts))
+    if len(runs) > most:
+        return None
+    for first, end in runs:
+        kept = [(int(a), int(b)) for a, b in zip(least[first:end], greatest[first:end],
+                                                 strict=True) if a != _NEVER]
+        if window_of(kept, block) > max_window:
+            return None
+    return runs
 
 
 def _raw(rows: np.ndarray) -> np.ndarray:
@@ -91,18 +148,20 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
         parts[0].dtype)
 
 
-def merge(parts: list[Iterator[np.ndarray]], floor: Floors, dtype: np.dtype,
+def merge(parts: list[Iterator[np.ndarray]], floor: Floors | list[Floors], dtype: np.dtype,
           chunk_rows: int) -> Iterator[np.ndarray]:
     """The parts' rows (``scan_dtype(dtype)`` chunks, each part in its driving rowid order) as
     ``dtype`` chunks of at most ``chunk_rows`` rows, ordered by start, ties by part, then in
     each part's order: ``ORDER BY start`` over the parts' ``UNION ALL``. A part's held rows
-    are its chunks as they came (not copied into one array at each arrival)."""
+    are its chunks as they came (not copied into one array at each arrival). ``floor``: the
+    driving table's, or each part's own (a part that reads one run of it)."""
     n = len(parts)
     if not n:  # no part, no rows (``min`` of no marks below would fail)
         return
+    floor_of = floor if isinstance(floor, list) else [floor] * n
     held: list[list[np.ndarray]] = [[] for _ in range(n)]
     #: least start of each part's rows still to come (``_NEVER`` once it ended)
-    marks = [floor.at(floor.first)] * n
+    marks = [f.at(f.first) for f in floor_of]
     last = [-1] * n
     while True:
         live = [i for i in range(n) if marks[i] != _NEVER]
@@ -118,7 +177,7 @@ def merge(parts: list[Iterator[np.ndarray]], floor: Floors, dtype: np.dtype,
                                          "rowid order; PRVSTREAM_PRESORT=0 reads it sorted")
                 last[k] = int(rowid[-1])
                 held[k].append(chunk)
-                marks[k] = floor.at(last[k])
+                marks[k] = floor_of[k].at(last[k])
         below = min(marks)
         final = below == _NEVER
         ready = sum(len(c) if final else int(np.count_nonzero(c["start"] < below))
@@ -162,20 +221,55 @@ def _release(held: list[list[np.ndarray]], below: int | None, dtype: np.dtype,
 
 def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np.dtype,
            chunk_rows: int, open_part: Callable[[str, np.dtype], Iterator[np.ndarray]],
-           max_window: int, found: Callable[[int], None] | None = None
+           max_window: int, found: Callable[[int], None] | None = None,
+           copied: tuple[list[str], list[str]] | None = None, block: int = BLOCK
            ) -> Iterator[np.ndarray] | None:
     """The merged parts (``merge``) when the driving table (a quoted identifier) is at most
-    ``max_window`` rows out of start order, else None (the ordered SELECT is to run).
-    ``open_part(sql, dtype)`` starts a part's chunks; ``found(window)`` is told the driving
-    table's reorder window by ``"start"`` (``storage_order.reorder_window``'s), read with
-    its floors, before any part starts."""
+    ``max_window`` rows out of start order; or, with ``copied`` (the statements making TEMP
+    copies of the joined tables, and the parts joining them: the kind's ``copied_parts``),
+    when it is a few runs that each are (``runs_of``); else None (the ordered SELECT is to
+    run). ``open_part(sql, dtype)`` starts a part's chunks on the connection every part is
+    read on, and runs the copies' statements there too (chunks of no rows); ``found(window)``
+    is told the driving table's reorder window by ``"start"`` (``storage_order.
+    reorder_window``'s), read with its floors, before any part starts. A part reads the
+    driving table as ``r`` and has no WHERE clause (a run's rowid range is added as one)."""
     try:
-        floor, window = floors(con, driver, '"start"')
+        floor, window, greatest = _floors_and_greatest(con, driver, '"start"', block)
     except sqlite3.DatabaseError:
         return None  # the ordered query reports the damage
     if found is not None:
         found(window)
-    if not 0 < window <= max_window:
+    if window <= 0:
         return None
     wide = scan_dtype(dtype)
-    return merge([iter(open_part(sql, wide)) for sql in part_sqls], floor, dtype, chunk_rows)
+    if window <= max_window:
+        return merge([iter(open_part(sql, wide)) for sql in part_sqls], floor, dtype,
+                     chunk_rows)
+    runs = None if copied is None else runs_of(floor.least, greatest, block, max_window)
+    if copied is None or runs is None:
+        return None
+    setup, parts = copied
+    # the copies, with the connection's writes allowed meanwhile (its TEMP schema only: the
+    # export is opened read-only); started now, so that a reader process makes them while
+    # this one goes on planning, and waited for before the first part is read
+    made = [open_part(sql, wide) for sql in
+            ("PRAGMA query_only=0", *setup, "PRAGMA query_only=1")]
+    streams: list[Iterator[np.ndarray]] = []
+    run_floors: list[Floors] = []
+    for sql in parts:  # part after part, each run by run: SQLite's ties
+        for first, end in runs:
+            lo = floor.first + first * block
+            hi = lo + (end - first) * block - 1
+            streams.append(iter(open_part(f"{sql.rstrip()}\nWHERE r.rowid BETWEEN {lo} AND "
+                                          f"{hi}", wide)))
+            run_floors.append(Floors(lo, floor.least[first:end], block))
+    return _after(made, merge(streams, run_floors, dtype, chunk_rows))
+
+
+def _after(first: list[Iterator[np.ndarray]], then: Iterator[np.ndarray]
+           ) -> Iterator[np.ndarray]:
+    """``then``'s chunks once every statement of ``first`` has run (its chunks read)."""
+    for statement in first:
+        for _ in statement:
+            pass
+    yield from then

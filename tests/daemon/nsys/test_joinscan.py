@@ -6,15 +6,20 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prvstream.daemon.config import load_settings
 from prvstream.daemon.kinds import comm
-from prvstream.daemon.nsys import joinscan, tables
+from prvstream.daemon.nsys import joinscan, presort, sources, tables
 from prvstream.daemon.nsys.rowfill import rows_to_array
+from prvstream.daemon.nsys.storage_order import BLOCK, reorder_window
+from prvstream.daemon.stream.batch import convert
+from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks.errors import PrvstreamError
 
 _GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
@@ -138,3 +143,134 @@ def test_no_parts_and_empty_parts_give_no_rows() -> None:
     assert list(joinscan.merge([], floor, comm.SPEC.dtype, 8)) == []
     empty = [iter([np.zeros(0, wide)]), iter([])]
     assert list(joinscan.merge(empty, floor, comm.SPEC.dtype, 8)) == []
+
+
+class _TableSchema:
+    """A database's tables and their columns in table order (``kinds.base.Schema``)."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        names = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        self.tables = {n: [str(r[1]) for r in con.execute(f"PRAGMA table_info({n})")]
+                       for n in names}
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        return table in self.tables and (column is None or column in self.tables[table])
+
+
+def _open_on(con: sqlite3.Connection, size: int) -> Any:
+    layout_of = tables.fetch_layout
+
+    def open_part(sql: str, dtype: np.dtype) -> Iterator[np.ndarray]:
+        cur = con.execute(sql)  # statements run as soon as the part is started
+        while rows := cur.fetchmany(size):
+            yield rows_to_array(rows, dtype, layout_of(dtype))
+
+    return open_part
+
+
+_runs = st.lists(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 2), st.integers(0, 30)),
+                          min_size=12, max_size=50), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_runs, _activity, st.integers(1, 40))
+def test_a_driving_table_in_runs_reads_as_the_sorted_union(
+        tmp_path_factory: pytest.TempPathFactory, runs: list[list[tuple[int, int, int]]],
+        activity: list[tuple[int, int, int]], size: int) -> None:
+    """API calls stored as runs, each sorted and each starting again at the beginning (one
+    block per process), far beyond the window: read run by run against TEMP copies of the
+    GPU tables, SQLite's order row for row (ties across parts, runs and GPU rows of one call
+    with a shared correlation id included)."""
+    calls = [call for run in runs for call in sorted(run)]
+    con = _database(tmp_path_factory.mktemp("r") / "t.sqlite", calls, activity)
+    schema = _TableSchema(con)
+    ordered = comm.select_sql(schema)
+    found = comm.scan_parts(schema)
+    assert ordered is not None and found is not None
+    expected = con.execute(ordered).fetchall()
+    out = joinscan.stream(con, comm.DRIVER, found[1], comm.SPEC.dtype, size,
+                          _open_on(con, size), max_window=8,
+                          copied=comm.copied_parts(schema), block=4)
+    assert out is not None  # a run's window is one block: runs, or one scan within the window
+    chunks = list(out)
+    assert all(0 < len(c) <= size for c in chunks)
+    got = np.concatenate(chunks) if chunks else np.empty(0, comm.SPEC.dtype)
+    want = rows_to_array(expected, comm.SPEC.dtype, tables.LAYOUTS["comm"])
+    assert got.tobytes() == want.tobytes()
+    con.close()
+
+
+def test_runs_are_cut_where_the_table_starts_again() -> None:
+    never = np.iinfo(np.int64).max
+    block = 4
+    rising = np.arange(0, 400, 40, dtype=np.int64)  # ten sorted blocks of 0..399
+    least = np.concatenate([rising, rising + 5])  # a second run starting again at 5
+    greatest = least + 39
+    assert joinscan.runs_of(least, greatest, block, 8) == [(0, 10), (10, 20)]
+    assert joinscan.runs_of(rising, rising + 39, block, 8) == [(0, 10)]
+    with_empty = least.copy()
+    with_empty[3] = never  # an empty block belongs to the run it lies in
+    assert joinscan.runs_of(with_empty, greatest, block, 8) == [(0, 10), (10, 20)]
+    many = np.tile(rising[:3], 12)  # twelve runs of three blocks
+    assert joinscan.runs_of(many, many + 39, block, 8) is None
+    assert joinscan.runs_of(many, many + 39, block, 8, most=12) is not None
+
+
+def test_without_copies_a_table_beyond_the_window_is_left_to_sqlite(tmp_path: Path) -> None:
+    calls = [(i, 0, i) for i in range(40)] + [(i, 0, 100 + i) for i in range(40)]
+    con = _database(tmp_path / "t.sqlite", calls, [(0, i + 1, i) for i in range(40)])
+    found = comm.scan_parts(_TableSchema(con))
+    assert found is not None
+    assert joinscan.stream(con, comm.DRIVER, found[1], comm.SPEC.dtype, 16,
+                           _open_on(con, 16), max_window=8, block=4) is None
+    con.close()
+
+
+def _api_calls_in_two_runs(path: Path) -> int:
+    """Store the export's API calls as two runs, each sorted and starting at the beginning of
+    time (the even calls, then the odd ones, as two processes' blocks), each a whole number
+    of the bounds' blocks; the table's reorder window."""
+    con = sqlite3.connect(path)
+    table = comm.DRIVER
+    n = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    keep = n // (2 * BLOCK) * 2 * BLOCK
+    assert keep >= 4 * BLOCK, "the synthetic export is too small for two runs of blocks"
+    con.execute(f"CREATE TEMP TABLE calls AS SELECT * FROM {table} ORDER BY start, rowid "
+                f"LIMIT {keep}")
+    con.execute(f"DELETE FROM {table}")
+    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 0 "
+                "ORDER BY rowid")
+    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 1 "
+                "ORDER BY rowid")
+    con.commit()
+    window = reorder_window(con, table, "start")
+    con.close()
+    return window
+
+
+def test_an_export_whose_api_calls_are_two_runs_converts_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond the window, the comm arrows are read run by run (in the reader and in-process)
+    and the bytes are those of SQLite's ordered join (``presort = false``)."""
+    job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=40, seed=3))
+    window = _api_calls_in_two_runs(job[0])
+    assert window > 4 * BLOCK
+    monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
+    monkeypatch.setattr(presort, "MAX_WINDOW", 2 * BLOCK)  # a run's window, not the table's
+    cut: list[list[tuple[int, int]] | None] = []
+    real_runs_of = joinscan.runs_of
+
+    def spy(*args: Any, **kw: Any) -> list[tuple[int, int]] | None:
+        cut.append(real_runs_of(*args, **kw))
+        return cut[-1]
+
+    monkeypatch.setattr(joinscan, "runs_of", spy)
+    outs = []
+    for use_reader, use_presort in ((True, True), (False, True), (True, False)):
+        settings = load_settings(None, {"reader": use_reader, "presort": use_presort},
+                                 environ={})
+        out = tmp_path / f"out{use_reader}{use_presort}"
+        convert([str(p) for p in job], out, settings)
+        outs.append(b"".join(out.with_suffix(s).read_bytes() for s in (".prv", ".pcf", ".row")))
+    assert cut and all(runs is not None and len(runs) == 2 for runs in cut)
+    assert outs[0] == outs[1] == outs[2]

@@ -222,17 +222,18 @@ def _release(held: list[list[np.ndarray]], below: int | None, dtype: np.dtype,
 def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np.dtype,
            chunk_rows: int, open_part: Callable[[str, np.dtype], Iterator[np.ndarray]],
            max_window: int, found: Callable[[int], None] | None = None,
-           copied: tuple[list[str], list[str]] | None = None, block: int = BLOCK
-           ) -> Iterator[np.ndarray] | None:
+           copies: Callable[[], tuple[list[str], list[str]] | None] | None = None,
+           block: int = BLOCK) -> Iterator[np.ndarray] | None:
     """The merged parts (``merge``) when the driving table (a quoted identifier) is at most
-    ``max_window`` rows out of start order; or, with ``copied`` (the statements making TEMP
-    copies of the joined tables, and the parts joining them: the kind's ``copied_parts``),
-    when it is a few runs that each are (``runs_of``); else None (the ordered SELECT is to
-    run). ``open_part(sql, dtype)`` starts a part's chunks on the connection every part is
-    read on, and runs the copies' statements there too (chunks of no rows); ``found(window)``
-    is told the driving table's reorder window by ``"start"`` (``storage_order.
-    reorder_window``'s), read with its floors, before any part starts. A part reads the
-    driving table as ``r`` and has no WHERE clause (a run's rowid range is added as one)."""
+    ``max_window`` rows out of start order; or, with ``copies`` (asked only then: the
+    statements making TEMP copies of the joined tables, and the parts joining them, the
+    kind's ``copied_parts``), when it is a few runs that each are (``runs_of``); else None
+    (the ordered SELECT is to run). ``open_part(sql, dtype)`` starts a part's chunks on the
+    connection every part is read on, and runs the copies' statements there too (chunks of no
+    rows); ``found(window)`` is told the driving table's reorder window by ``"start"``
+    (``storage_order.reorder_window``'s), read with its floors, before any part starts. A part
+    reads the driving table as ``r`` and has no WHERE clause (a run's rowid range is added as
+    one)."""
     try:
         floor, window, greatest = _floors_and_greatest(con, driver, '"start"', block)
     except sqlite3.DatabaseError:
@@ -245,8 +246,11 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
     if window <= max_window:
         return merge([iter(open_part(sql, wide)) for sql in part_sqls], floor, dtype,
                      chunk_rows)
-    runs = None if copied is None else runs_of(floor.least, greatest, block, max_window)
-    if copied is None or runs is None:
+    if copies is None:
+        return None
+    runs = runs_of(floor.least, greatest, block, max_window)
+    copied = None if runs is None else copies()
+    if runs is None or copied is None:
         return None
     setup, parts = copied
     # the copies, with the connection's writes allowed meanwhile (its TEMP schema only: the

@@ -231,11 +231,11 @@ def join_stream(export: Export, kind: str, chunk_rows: int,
     if known is not None and known <= chunk_rows:
         return None  # planned to fit in a chunk: SQLite sorts it in memory, no bounds read
     driver = quote_identifier(found[0])
-    copied = spec.copied_parts(export) if spec.copied_parts is not None else None
+    copied = spec.copied_parts
     return joinscan.stream(export.connection, driver, found[1], spec.dtype, chunk_rows,
                            open_part, reorder_buffer.MAX_WINDOW,
                            lambda window: export.note_window(driver, '"start"', "", window),
-                           copied)
+                           None if copied is None else lambda: copied(export))
 
 
 def _reorder_window(export: Export, table: str, start: str, where: str) -> int:

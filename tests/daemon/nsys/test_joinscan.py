@@ -190,7 +190,7 @@ def test_a_driving_table_in_runs_reads_as_the_sorted_union(
     expected = con.execute(ordered).fetchall()
     out = joinscan.stream(con, comm.DRIVER, found[1], comm.SPEC.dtype, size,
                           _open_on(con, size), max_window=8,
-                          copied=comm.copied_parts(schema), block=4)
+                          copies=lambda: comm.copied_parts(schema), block=4)
     assert out is not None  # a run's window is one block: runs, or one scan within the window
     chunks = list(out)
     assert all(0 < len(c) <= size for c in chunks)

@@ -11,7 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prvstream.daemon.kinds import registry
 from prvstream.daemon.kinds.base import KindSource
@@ -24,6 +24,9 @@ from prvstream.daemon.nsys.sqlite import METADATA_TABLES, connect_read_only, ro_
 from prvstream.daemon.nsys.timebound import BOUND_MARGIN_NS, ExportClock
 from prvstream.sinks.errors import NotAnExport, UnsupportedSchema
 from prvstream.sinks.logger import get_logger
+
+if TYPE_CHECKING:
+    from prvstream.daemon.nsys.runscan import Run
 
 __all__ = [
     "BOUND_MARGIN_NS",
@@ -94,6 +97,7 @@ class Export(ExportClock):
         self._facts: dict[tuple[str, str], tuple[int, int | None, int | None]] = {}
         #: (table, start, where) -> the reorder window its block bounds gave (``window_of``)
         self._windows: dict[tuple[str, str, str], int] = {}
+        self._runs: dict[tuple[str, str, str], tuple[Run, ...]] = {}
         #: ``scan_facts_behind``'s thread, its sources, bounds and answer, until settled
         self._facts_job: tuple[threading.Thread, list[KindSource], tuple[int, int],
                                list[tuple[object, ...] | None]] | None = None
@@ -273,14 +277,22 @@ class Export(ExportClock):
         """Rows of the whole tables counted so far (planning counts every data table)."""
         return sum(n for (_, where), n in self._counts.items() if not where)
 
-    def note_window(self, table: str, start: str, where: str, window: int) -> None:
+    def note_window(self, table: str, start: str, where: str, window: int,
+                    runs: tuple[Run, ...] | None = None) -> None:
         """Keep the reorder window of ``table`` (quoted), by ``start`` (quoted) where ``where``
-        holds, as its block bounds gave it (``storage_order.reorder_window``'s answer)."""
+        holds, as its block bounds gave it (``storage_order.reorder_window``'s answer), and
+        the runs it is scanned as beyond the largest window (``runscan.table_runs``)."""
         self._windows[(table, start, where)] = window
+        if runs is not None:
+            self._runs[(table, start, where)] = runs
 
     def known_window(self, table: str, start: str, where: str = "") -> int | None:
         """The reorder window ``note_window`` kept, else None: never a query."""
         return self._windows.get((table, start, where))
+
+    def known_runs(self, table: str, start: str, where: str = "") -> tuple[Run, ...] | None:
+        """The runs ``note_window`` kept, else None (one scan, or SQLite sorts)."""
+        return self._runs.get((table, start, where))
 
     def count_rows(self, table: str, where: str = "") -> int:
         """Rows of ``table`` (matching ``where``), counted once per export."""

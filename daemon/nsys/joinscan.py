@@ -13,22 +13,24 @@ for the tables) plus a chunk per part, whatever the size of the export.
 A driving table stored as a few runs, each nearly in start order but each starting back at
 the beginning of time (real multi-process exports store each process's API calls in one block
 after the other's), is too far from start order for one scan. Its parts are then read run by
-run (``runs_of``: rowid ranges, each within the window), each with the run's own floors, the
-runs' rows merging like parts (ties by part, then by run: rowid order, as SQLite's). They join
-TEMP copies of the joined tables made once (the kind's ``copied_parts``): a statement per part
-and run, each building its own automatic index of a GPU table, cost twice the ordered join.
+run (``runscan.runs_of``: rowid ranges, each within the window), each with the run's own
+floors, the runs' rows merging like parts (ties by part, then by run: rowid order, as
+SQLite's). They join TEMP copies of the joined tables made once (the kind's
+``copied_parts``): a statement per part and run, each building its own automatic index of a
+GPU table, cost twice the ordered join. The table's own kind is read by runs the same way
+(``runscan``).
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import sqlite3
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from prvstream.daemon.nsys.storage_order import BLOCK, window_of
+from prvstream.daemon.nsys import runscan
+from prvstream.daemon.nsys.runscan import MOST_RUNS, NEVER, Run, runs_of
+from prvstream.daemon.nsys.storage_order import BLOCK
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
@@ -39,9 +41,6 @@ log = get_logger(__name__)
 
 #: the field of a part's rows holding the driving table's rowid
 ROWID = "_rowid"
-_NEVER = np.iinfo(np.int64).max
-#: the most runs a driving table is read as (each part then reads each run: a chunk each)
-MOST_RUNS = 8
 
 
 def scan_dtype(dtype: np.dtype) -> np.dtype:
@@ -74,7 +73,7 @@ class Floors:
     def at(self, rowid: int) -> int:
         """The least start of any row at or after ``rowid``."""
         i = max(0, (rowid - self.first) // self.block)
-        return int(self.suffix[i]) if i < len(self.suffix) else _NEVER
+        return int(self.suffix[i]) if i < len(self.suffix) else NEVER
 
 
 def floors(con: sqlite3.Connection, table: str, start: str, block: int = BLOCK
@@ -88,55 +87,9 @@ def floors(con: sqlite3.Connection, table: str, start: str, block: int = BLOCK
 
 def _floors_and_greatest(con: sqlite3.Connection, table: str, start: str, block: int
                          ) -> tuple[Floors, int, np.ndarray]:
-    """``floors``, and each block's greatest start (``-_NEVER`` for an empty block)."""
-    lo, hi = con.execute(f"SELECT (SELECT MIN(rowid) FROM {table}), "
-                         f"(SELECT MAX(rowid) FROM {table})").fetchone()
-    if lo is None:
-        return Floors(0, np.empty(0, np.int64), block), 0, np.empty(0, np.int64)
-    sql = f"SELECT MIN({start}), MAX({start}) FROM {table} WHERE rowid BETWEEN ? AND ?"
-    least = np.full((int(hi) - int(lo)) // block + 1, _NEVER, dtype=np.int64)
-    greatest = np.full(len(least), -_NEVER, dtype=np.int64)
-    bounds: list[tuple[int, int]] = []
-    for i, first in enumerate(range(int(lo), int(hi) + 1, block)):
-        low, high = con.execute(sql, (first, first + block - 1)).fetchone()
-        if low is not None:
-            least[i] = int(low)
-            greatest[i] = int(high)
-            bounds.append((int(low), int(high)))
-    return Floors(int(lo), least, block), window_of(bounds, block), greatest
-
-
-def runs_of(least: np.ndarray, greatest: np.ndarray, block: int, max_window: int,
-            most: int = MOST_RUNS) -> list[tuple[int, int]] | None:
-    """The driving table's blocks cut into runs ``(first, end)`` of block indexes, each
-    within ``max_window`` rows of start order (``window_of``), or None when that takes more
-    than ``most`` runs. A block starts a new run where, added to the current one, its rows
-    would have to pass the window's worth of that run's blocks or more."""
-    reach = max(1, max_window // block)
-    cuts = [0]
-    prefix: list[int] = []  # the current run's running greatest start, per non-empty block
-    at: list[int] = []  # their block indexes
-    for i in range(len(least)):
-        if least[i] == _NEVER:
-            continue
-        # the run's first block whose running greatest exceeds this block's least: this
-        # block's rows would pass it and every block after it
-        j = bisect.bisect_right(prefix, int(least[i]))
-        if j < len(prefix) and i - at[j] >= reach:
-            cuts.append(i)
-            prefix, at = [], []
-        prefix.append(max(int(greatest[i]), prefix[-1]) if prefix else int(greatest[i]))
-        at.append(i)
-    cuts.append(len(least))
-    runs = list(itertools.pairwise(cuts))
-    if len(runs) > most:
-        return None
-    for first, end in runs:
-        kept = [(int(a), int(b)) for a, b in zip(least[first:end], greatest[first:end],
-                                                 strict=True) if a != _NEVER]
-        if window_of(kept, block) > max_window:
-            return None
-    return runs
+    """``floors``, and each block's greatest start (``-NEVER`` for an empty block)."""
+    first, least, greatest = runscan.block_columns(con, table, start, "", block)
+    return Floors(first, least, block), runscan.window(least, greatest, block), greatest
 
 
 def _raw(rows: np.ndarray) -> np.ndarray:
@@ -160,16 +113,16 @@ def merge(parts: list[Iterator[np.ndarray]], floor: Floors | list[Floors], dtype
         return
     floor_of = floor if isinstance(floor, list) else [floor] * n
     held: list[list[np.ndarray]] = [[] for _ in range(n)]
-    #: least start of each part's rows still to come (``_NEVER`` once it ended)
+    #: least start of each part's rows still to come (``NEVER`` once it ended)
     marks = [f.at(f.first) for f in floor_of]
     last = [-1] * n
     while True:
-        live = [i for i in range(n) if marks[i] != _NEVER]
+        live = [i for i in range(n) if marks[i] != NEVER]
         if live:
             k = min(live, key=lambda i: marks[i])  # the part furthest behind
             chunk = next(parts[k], None)
             if chunk is None:
-                marks[k] = _NEVER
+                marks[k] = NEVER
             elif len(chunk):
                 rowid = chunk[ROWID]
                 if int(rowid[0]) < last[k] or bool((rowid[1:] < rowid[:-1]).any()):
@@ -179,7 +132,7 @@ def merge(parts: list[Iterator[np.ndarray]], floor: Floors | list[Floors], dtype
                 held[k].append(chunk)
                 marks[k] = floor_of[k].at(last[k])
         below = min(marks)
-        final = below == _NEVER
+        final = below == NEVER
         ready = sum(len(c) if final else int(np.count_nonzero(c["start"] < below))
                     for h in held for c in h)
         if ready and (ready >= chunk_rows or final):
@@ -221,7 +174,8 @@ def _release(held: list[list[np.ndarray]], below: int | None, dtype: np.dtype,
 
 def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np.dtype,
            chunk_rows: int, open_part: Callable[[str, np.dtype], Iterator[np.ndarray]],
-           max_window: int, found: Callable[[int], None] | None = None,
+           max_window: int,
+           found: Callable[[int, tuple[Run, ...] | None], None] | None = None,
            copies: Callable[[], tuple[list[str], list[str]] | None] | None = None,
            block: int = BLOCK) -> Iterator[np.ndarray] | None:
     """The merged parts (``merge``) when the driving table (a quoted identifier) is at most
@@ -230,16 +184,19 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
     kind's ``copied_parts``), when it is a few runs that each are (``runs_of``); else None
     (the ordered SELECT is to run). ``open_part(sql, dtype)`` starts a part's chunks on the
     connection every part is read on, and runs the copies' statements there too (chunks of no
-    rows); ``found(window)`` is told the driving table's reorder window by ``"start"``
-    (``storage_order.reorder_window``'s), read with its floors, before any part starts. A part
+    rows); ``found(window, runs)`` is told the driving table's reorder window by ``"start"``
+    (``storage_order.reorder_window``'s) and, beyond ``max_window``, the runs it may be
+    scanned as (``runscan.table_runs``), read with its floors, before any part starts. A part
     reads the driving table as ``r`` and has no WHERE clause (a run's rowid range is added as
     one)."""
     try:
         floor, window, greatest = _floors_and_greatest(con, driver, '"start"', block)
     except sqlite3.DatabaseError:
         return None  # the ordered query reports the damage
+    runs = None if window <= max_window else runs_of(floor.least, greatest, block, max_window)
     if found is not None:
-        found(window)
+        found(window, None if window <= max_window else runscan.table_runs(
+            con, driver, '"start"', "", floor.first, floor.least, greatest, max_window, block))
     if window <= 0:
         return None
     wide = scan_dtype(dtype)
@@ -248,7 +205,6 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
                      chunk_rows)
     if copies is None:
         return None
-    runs = runs_of(floor.least, greatest, block, max_window)
     copied = None if runs is None else copies()
     if runs is None or copied is None:
         return None

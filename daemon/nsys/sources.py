@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.nsys import tables
+from prvstream.daemon.nsys import runscan, tables
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.readerstart import large_file
 from prvstream.sinks.logger import get_logger
@@ -84,11 +84,26 @@ class ReaderSource:
                 export, kind, chunk_rows, part)
             inline = (spec.inline_text, _numbering(export)) if spec.inline_text else None
             scan = tables.scan_plan(export, kind) if presort else None
-            # a table whose bounds a join read already (its driving table): not read again
+            unwrapped = tables.unwrapped_statements(export, kind)
+            # a table whose bounds a join read already (its driving table): not read again,
+            # and read as the runs found there
             window = None if scan is None else export.known_window(*scan[1:])
-            self._started[kind] = iter(()) if sql is None else joined or lease.stream(
-                sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,
-                window=window, unwrapped=tables.unwrapped_statements(export, kind))
+            runs = None if scan is None else export.known_runs(*scan[1:])
+            if sql is None:
+                self._started[kind] = iter(())
+            elif joined is not None:
+                self._started[kind] = joined
+            elif scan is not None and runs is not None:
+                self._started[kind] = runscan.merge([lease.stream(
+                    sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
+                    (runscan.ranged(scan[0], scan[1], scan[3], run), *scan[1:]), inline,
+                    window=run.window, unwrapped=None if unwrapped is None else
+                    unwrapped._replace(scan=runscan.ranged(unwrapped.scan, scan[1], scan[3],
+                                                           run))) for run in runs], chunk_rows)
+            else:
+                self._started[kind] = lease.stream(
+                    sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,
+                    window=window, unwrapped=unwrapped)
 
     @property
     def kinds(self) -> list[str]:

@@ -3,8 +3,9 @@
 
 A kind read from one table is scanned in storage (rowid) order and put into start order by a
 bounded reorder buffer (``presort``) when the table's per-block start bounds
-(``storage_order``) allow it; otherwise, and for kinds of several tables, the stream is one
-``SELECT ... ORDER BY start`` (SQLite sorts with bounded memory, spilling to temp files). Both
+(``storage_order``) allow it, or as a few runs, each scanned so and the runs merged
+(``runscan``); otherwise, and for kinds of several tables, the stream is one
+``SELECT ... ORDER BY start`` (SQLite sorts with bounded memory, spilling to temp files). All
 give the same rows in the same order (ties in rowid order). ``presort=False``
 (``Settings.presort``) turns the reorder buffer off, for comparisons. Each stream holds one
 chunk (or the reorder buffer) at a time. NULLs become -1.
@@ -23,11 +24,10 @@ import numpy as np
 from prvstream.daemon.kinds import comm, registry
 from prvstream.daemon.kinds.registry import TABLE_KINDS
 from prvstream.daemon.kinds.sql import fetch_groups, quote_identifier
-from prvstream.daemon.nsys import joinscan
+from prvstream.daemon.nsys import joinscan, runscan
 from prvstream.daemon.nsys import presort as reorder_buffer
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.rowfill import Layout, field_offset, rows_to_array
-from prvstream.daemon.nsys.storage_order import reorder_window
 from prvstream.sinks.errors import NotAnExport
 from prvstream.sinks.logger import get_logger
 
@@ -184,29 +184,44 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
     """
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
-    spec = registry.get(kind)
     sql = select_sql(export, kind)
     if sql is None:
         return
-    dtype, layout = spec.dtype, LAYOUTS[kind]
     joined = join_stream(export, kind, chunk_rows, lambda part, wide: int_chunks(
         export, part, kind, chunk_rows, wide, fetch_layout(wide))) if presort else None
     if joined is not None:
         yield from joined
         return
     window = 0
+    runs = None
     plan = scan_plan(export, kind) if presort else None
     if plan is not None:
         known = export.known_rows(_statements(export, kind)[2], plan[3])
         try:  # a table planned to fit in one chunk is held whole: no bounds to read
-            window = chunk_rows if known is not None and 0 < known <= chunk_rows else \
-                _reorder_window(export, plan[1], plan[2], plan[3])
+            if known is not None and 0 < known <= chunk_rows:
+                window = chunk_rows
+            else:
+                window, runs = _storage_order(export, plan[1], plan[2], plan[3])
         except sqlite3.DatabaseError:
             window = 0  # the ordered query reports the damage
+        if runs is not None:  # a few runs, each scanned with its own reorder buffer
+            yield from runscan.merge([_scan(export, kind, runscan.ranged(
+                plan[0], plan[1], plan[3], run), chunk_rows, run.window) for run in runs],
+                chunk_rows)
+            return
         if 0 < window <= reorder_buffer.MAX_WINDOW:
             sql = plan[0]
         else:
             window = 0
+    yield from _scan(export, kind, sql, chunk_rows, window)
+
+
+def _scan(export: Export, kind: str, sql: str, chunk_rows: int, window: int
+          ) -> Iterator[np.ndarray]:
+    """The kind's chunks read by ``sql`` (``window`` > 0: a storage-order scan put into
+    start order by a reorder buffer of that many rows)."""
+    spec = registry.get(kind)
+    dtype, layout = spec.dtype, LAYOUTS[kind]
     read: Iterator[np.ndarray]
     if spec.inline_text:
         export.inline_ids()  # number inline texts canonically before the first chunk
@@ -214,7 +229,7 @@ def stream(export: Export, kind: str, chunk_rows: int = 65536, *,
             export, rows, dtype, layout, spec.inline_text))
     else:
         read = int_chunks(export, sql, kind, chunk_rows, dtype, layout)
-    yield from reorder_buffer.reorder(read, window, chunk_rows)
+    return reorder_buffer.reorder(read, window, chunk_rows)
 
 
 def join_stream(export: Export, kind: str, chunk_rows: int,
@@ -234,15 +249,27 @@ def join_stream(export: Export, kind: str, chunk_rows: int,
     copied = spec.copied_parts
     return joinscan.stream(export.connection, driver, found[1], spec.dtype, chunk_rows,
                            open_part, reorder_buffer.MAX_WINDOW,
-                           lambda window: export.note_window(driver, '"start"', "", window),
+                           lambda window, runs: export.note_window(driver, '"start"', "",
+                                                                   window, runs),
                            None if copied is None else lambda: copied(export))
 
 
-def _reorder_window(export: Export, table: str, start: str, where: str) -> int:
-    """The table's reorder window: kept from a join's floors of the same table (read once),
-    else read now."""
+def _storage_order(export: Export, table: str, start: str, where: str
+                   ) -> tuple[int, tuple[runscan.Run, ...] | None]:
+    """The table's reorder window and, beyond the largest one, the runs it is scanned as
+    (``runscan.table_runs``; None: one scan, or SQLite sorts): kept from a join's floors of
+    the same table (read once), else read now and kept."""
     known = export.known_window(table, start, where)
-    return reorder_window(export.connection, table, start, where) if known is None else known
+    if known is not None:
+        return known, export.known_runs(table, start, where)
+    first, least, greatest = runscan.block_columns(export.connection, table, start, where)
+    window = runscan.window(least, greatest)
+    runs = None
+    if window > reorder_buffer.MAX_WINDOW:
+        runs = runscan.table_runs(export.connection, table, start, where, first, least,
+                                  greatest, reorder_buffer.MAX_WINDOW)
+    export.note_window(table, start, where, window, runs)
+    return window, runs
 
 
 def chunks(export: Export, sql: str, what: str, chunk_rows: int,

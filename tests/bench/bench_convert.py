@@ -7,8 +7,8 @@ same tables ``ORDER BY start`` into /dev/null (the floor); the export is read in
 cache before each run. Memory must be flat: 10x the rows, < 1.2x the RSS. The inputs are
 ``prvstream synth`` exports (every data kind, NVTX-heavy) and ``gen_pipeline`` exports (two
 inference pipeline stages in one export; its CUDA API rows are stored one process after the
-other, so they are read with SQLite's sort). Ratios to the floor are of medians, with the
-range of the per-repetition (paired) ratios.
+other, so they are read as runs, and the comm join run by run). Ratios to the floor are of
+medians, with the range of the per-repetition (paired) ratios.
 
 Usage: ``python tests/bench/bench_convert.py [--sizes 1000000,10000000] [--reps 5]
 [--big-reps 5] [--generators synth,pipeline] [--dir DIR] [--json OUT]`` (sizes of 5M rows

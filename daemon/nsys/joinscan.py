@@ -13,7 +13,7 @@ for the tables) plus a chunk per part, whatever the size of the export.
 A driving table stored as a few runs, each nearly in start order but each starting back at
 the beginning of time (real multi-process exports store each process's API calls in one block
 after the other's), is too far from start order for one scan. Its parts are then read run by
-run (``runscan.runs_of``: rowid ranges, each within the window), each with the run's own
+run (``runscan.table_runs``: rowid ranges, each within a window), each with the run's own
 floors, the runs' rows merging like parts (ties by part, then by run: rowid order, as
 SQLite's). They join TEMP copies of the joined tables made once (the kind's
 ``copied_parts``): a statement per part and run, each building its own automatic index of a
@@ -29,13 +29,12 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from prvstream.daemon.nsys import runscan
-from prvstream.daemon.nsys.runscan import MOST_RUNS, NEVER, Run, runs_of
+from prvstream.daemon.nsys.runscan import NEVER, Run
 from prvstream.daemon.nsys.storage_order import BLOCK
 from prvstream.sinks.errors import PrvstreamError
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["MOST_RUNS", "ROWID", "Floors", "floors", "merge", "runs_of", "scan_dtype",
-           "stream"]
+__all__ = ["ROWID", "Floors", "floors", "merge", "scan_dtype", "stream"]
 
 log = get_logger(__name__)
 
@@ -181,8 +180,8 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
     """The merged parts (``merge``) when the driving table (a quoted identifier) is at most
     ``max_window`` rows out of start order; or, with ``copies`` (asked only then: the
     statements making TEMP copies of the joined tables, and the parts joining them, the
-    kind's ``copied_parts``), when it is a few runs that each are (``runs_of``); else None
-    (the ordered SELECT is to run). ``open_part(sql, dtype)`` starts a part's chunks on the
+    kind's ``copied_parts``), when it is a few runs that are (``runscan.table_runs``); else
+    None (the ordered SELECT is to run). ``open_part(sql, dtype)`` starts a part's chunks on the
     connection every part is read on, and runs the copies' statements there too (chunks of no
     rows); ``found(window, runs)`` is told the driving table's reorder window by ``"start"``
     (``storage_order.reorder_window``'s) and, beyond ``max_window``, the runs it may be
@@ -191,12 +190,12 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
     one)."""
     try:
         floor, window, greatest = _floors_and_greatest(con, driver, '"start"', block)
+        runs = None if window <= max_window else runscan.table_runs(
+            con, driver, '"start"', "", floor.first, floor.least, greatest, max_window, block)
     except sqlite3.DatabaseError:
         return None  # the ordered query reports the damage
-    runs = None if window <= max_window else runs_of(floor.least, greatest, block, max_window)
     if found is not None:
-        found(window, None if window <= max_window else runscan.table_runs(
-            con, driver, '"start"', "", floor.first, floor.least, greatest, max_window, block))
+        found(window, runs)
     if window <= 0:
         return None
     wide = scan_dtype(dtype)
@@ -217,13 +216,29 @@ def stream(con: sqlite3.Connection, driver: str, part_sqls: list[str], dtype: np
     streams: list[Iterator[np.ndarray]] = []
     run_floors: list[Floors] = []
     for sql in parts:  # part after part, each run by run: SQLite's ties
-        for first, end in runs:
-            lo = floor.first + first * block
-            hi = lo + (end - first) * block - 1
-            streams.append(iter(open_part(f"{sql.rstrip()}\nWHERE r.rowid BETWEEN {lo} AND "
-                                          f"{hi}", wide)))
-            run_floors.append(Floors(lo, floor.least[first:end], block))
+        for run in runs:
+            streams.append(iter(open_part(f"{sql.rstrip()}\nWHERE r.rowid BETWEEN {run.first} "
+                                          f"AND {run.last}", wide)))
+            run_floors.append(_run_floors(con, driver, floor, run))
     return _after(made, merge(streams, run_floors, dtype, chunk_rows))
+
+
+def _run_floors(con: sqlite3.Connection, driver: str, floor: Floors, run: Run) -> Floors:
+    """The floors of the driving table's rows in ``run``: its blocks' least starts, those of
+    a block the run shares with another run (it starts or ends inside it) from the run's own
+    rows (the whole block's least, lower, would hold every row of the run back to it)."""
+    block = floor.block
+    a = (run.first - floor.first) // block
+    b = (run.last - floor.first) // block + 1
+    least = floor.least[a:b].copy()
+    edges = {0: (run.first, min(run.last, floor.first + (a + 1) * block - 1)),
+             b - a - 1: (max(run.first, floor.first + (b - 1) * block), run.last)}
+    for i, (lo, hi) in edges.items():
+        if (lo - floor.first) % block or (hi + 1 - floor.first) % block:
+            (found,) = con.execute(f'SELECT MIN("start") FROM {driver} WHERE rowid BETWEEN '
+                                   f"? AND ?", (lo, hi)).fetchone()
+            least[i] = NEVER if found is None else int(found)
+    return Floors(floor.first + a * block, least, block)
 
 
 def _after(first: list[Iterator[np.ndarray]], then: Iterator[np.ndarray]

@@ -4,7 +4,7 @@ Real multi-process exports store each process's rows (its API calls above all) i
 after the other's: every block is nearly in start order, but each starts back at the
 beginning of time, so the table is further from start order than a reorder buffer holds
 (``presort.MAX_WINDOW``) and ``ORDER BY start`` sorted it whole before its first row. Cut
-into runs by its per-block start bounds (``runs_of``: rowid ranges, each within the window),
+into runs by its per-block start bounds (``table_runs``: rowid ranges, each nearly sorted),
 the table is read as one rowid-range scan per run, each put into start order by its own
 reorder buffer (``Run.window`` rows), and ``merge`` joins the runs by start, ties to the
 earlier run: rowid order, the order ``ORDER BY start`` gives. Memory is the runs' windows
@@ -16,7 +16,6 @@ The comm join (``joinscan``) reads its driving table run by run the same way.
 from __future__ import annotations
 
 import bisect
-import itertools
 import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
@@ -25,8 +24,8 @@ import numpy as np
 
 from prvstream.daemon.nsys.storage_order import BLOCK, window_of
 
-__all__ = ["MOST_RUNS", "NEVER", "Run", "block_columns", "merge", "ranged", "runs_of",
-           "table_runs", "window"]
+__all__ = ["MOST_RUNS", "NEVER", "Run", "block_columns", "merge", "ranged", "table_runs",
+           "window"]
 
 #: the least start of an empty block (and of no rows at all)
 NEVER = int(np.iinfo(np.int64).max)
@@ -73,37 +72,6 @@ def window(least: np.ndarray, greatest: np.ndarray, block: int = BLOCK) -> int:
                      block)
 
 
-def runs_of(least: np.ndarray, greatest: np.ndarray, block: int, max_window: int,
-            most: int = MOST_RUNS) -> list[tuple[int, int]] | None:
-    """The blocks cut into runs ``(first, end)`` of block indexes, each within
-    ``max_window`` rows of start order (``window_of``), or None when that takes more than
-    ``most`` runs. A block starts a new run where, added to the current one, its rows would
-    have to pass the window's worth of that run's blocks or more."""
-    reach = max(1, max_window // block)
-    cuts = [0]
-    prefix: list[int] = []  # the current run's running greatest start, per non-empty block
-    at: list[int] = []  # their block indexes
-    for i in range(len(least)):
-        if least[i] == NEVER:
-            continue
-        # the run's first block whose running greatest exceeds this block's least: this
-        # block's rows would pass it and every block after it
-        j = bisect.bisect_right(prefix, int(least[i]))
-        if j < len(prefix) and i - at[j] >= reach:
-            cuts.append(i)
-            prefix, at = [], []
-        prefix.append(max(int(greatest[i]), prefix[-1]) if prefix else int(greatest[i]))
-        at.append(i)
-    cuts.append(len(least))
-    runs = list(itertools.pairwise(cuts))
-    if len(runs) > most:
-        return None
-    for first, end in runs:
-        if window(least[first:end], greatest[first:end], block) > max_window:
-            return None
-    return runs
-
-
 class _Piece(NamedTuple):
     """A block's rows, or part of them: their rowid range and least and greatest start."""
 
@@ -120,10 +88,12 @@ def table_runs(con: sqlite3.Connection, table: str, start: str, where: str, firs
     answer: its blocks' bounds), or None when it is not two to ``MOST_RUNS`` runs whose
     windows together stay within ``max_window`` (what one scan's buffer may hold).
 
-    Blocks join the current run as in ``runs_of``; where one cuts it, the block's own rows
-    are read (``_split``): one process's last rows and the next one's first share a block,
-    and that block, taken whole into the new run, would hold the new run's every row back
-    behind the old run's latest start."""
+    Blocks join the current run in rowid order; a block whose rows would have to pass the
+    window's worth of the run's blocks or more (those whose running greatest start exceeds
+    its least) starts a new run instead, and its own rows are read (``_split``): one
+    process's last rows and the next one's first share a block, and that block, taken whole
+    into the new run, would hold the new run's every row back behind the old run's latest
+    start."""
     pieces = [_Piece(first_rowid + i * block, first_rowid + (i + 1) * block - 1, int(lo),
                      int(hi)) for i, (lo, hi) in enumerate(zip(least.tolist(),
                                                                 greatest.tolist(),

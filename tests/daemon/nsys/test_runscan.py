@@ -137,6 +137,37 @@ def test_two_processes_sharing_a_block_are_cut_inside_it(tmp_path: Path) -> None
     con.close()
 
 
+def _at_rowids(path: Path, rows: list[tuple[int, int]]) -> sqlite3.Connection:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (start INTEGER NOT NULL, kind INTEGER)")
+    con.executemany("INSERT INTO t (rowid, start, kind) VALUES (?, ?, 0)", rows)
+    con.commit()
+    return con
+
+
+def test_runs_are_cut_where_the_table_starts_again(tmp_path: Path) -> None:
+    """Cuts at block edges where a block starts back at the beginning; an empty block (a
+    gap in the rowids) belongs to the run it lies in; a sorted table is not runs."""
+    block = 4
+    first = [(r, 10 * r) for r in range(1, 41)]  # ten sorted blocks
+    second = [(r, 10 * (r - 40) + 5) for r in range(41, 81)]  # ten more, starting again
+    con = _at_rowids(tmp_path / "two.sqlite", first + second)
+    cols = runscan.block_columns(con, '"t"', '"start"', "", block)
+    assert runscan.table_runs(con, '"t"', '"start"', "", *cols, 8, block) == (
+        runscan.Run(1, 40, block), runscan.Run(41, 80, block))
+    con.close()
+    gap = [(r, s) for r, s in first + second if not 13 <= r <= 16]  # block 4 of the first
+    con = _at_rowids(tmp_path / "gap.sqlite", gap)
+    cols = runscan.block_columns(con, '"t"', '"start"', "", block)
+    assert runscan.table_runs(con, '"t"', '"start"', "", *cols, 8, block) == (
+        runscan.Run(1, 40, block), runscan.Run(41, 80, block))
+    con.close()
+    con = _at_rowids(tmp_path / "one.sqlite", first)
+    cols = runscan.block_columns(con, '"t"', '"start"', "", block)
+    assert runscan.table_runs(con, '"t"', '"start"', "", *cols, 8, block) is None
+    con.close()
+
+
 def test_too_many_runs_or_wide_windows_are_left_to_sqlite(tmp_path: Path) -> None:
     block = 4
     many = [s for _ in range(runscan.MOST_RUNS + 1) for s in range(40)]

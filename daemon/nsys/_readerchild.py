@@ -17,6 +17,10 @@ Requests arrive on stdin, one JSON object per line:
   ``scan`` instead when the reorder window is at most M rows, and answers at once with one
   frame of status 3 whose payload is the window (``<q``; 0: the ordered ``sql`` runs); a
   ``"window": W`` in ``presort`` is the table's window, read by the parent, not read again;
+  with ``"runs": true`` a table beyond the window that is a few runs (``storage_order.
+  table_runs``) is answered with one frame of status 5 instead, its payload the runs as JSON
+  ``[[first rowid, last rowid, window], ...]``, and the stream has no rows: the parent opens
+  one stream per run (its rowid range, its window);
   ``"inline": true`` (NVTX): each row's last value is an inline text or NULL, which the
   parent numbers (its canonical ids); every chunk is then answered with status 4;
   ``"unwrapped": {"sql", "scan", "offsets", "sizes", "wraps", "names"}`` (``tables.
@@ -51,7 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, BinaryIO
 
-__all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_SQLITE",
+__all__ = ["FRAME", "PRAGMAS", "STATUS_BAD_VALUE", "STATUS_OK", "STATUS_RUNS", "STATUS_SQLITE",
            "STATUS_TEXTS", "STATUS_WINDOW", "WINDOW", "main"]
 
 #: frame header: stream id, status, payload length
@@ -69,6 +73,9 @@ STATUS_WINDOW = 3
 WINDOW = struct.Struct("<q")
 #: an ``inline`` stream's chunk: its rows and their inline texts (module docstring)
 STATUS_TEXTS = 4
+#: the answer to an ``open`` with ``presort`` and ``"runs"`` whose table is read as runs:
+#: JSON ``[[first rowid, last rowid, window], ...]``; the stream itself has no rows
+STATUS_RUNS = 5
 
 
 class _Stream:
@@ -95,18 +102,27 @@ def _send(out: BinaryIO, stream_id: int, status: int,
     out.flush()
 
 
-def _window(con: sqlite3.Connection, presort: dict[str, Any]) -> int:
+def _window(con: sqlite3.Connection, presort: dict[str, Any]
+            ) -> tuple[int, list[tuple[int, int, int]] | None]:
     """The reorder window of a rowid-order scan (the parent's when it sent one: it read the
-    table's bounds already), or 0 when SQLite is to sort."""
+    table's bounds already), or 0 when SQLite is to sort; and, with ``"runs"`` asked for,
+    the runs a table beyond the window is read as instead (``storage_order.table_runs``),
+    else None."""
+    limit = int(presort["max_window"])
     if "window" in presort:
         window = int(presort["window"])
-    else:
-        try:
-            window = int(storage_order.reorder_window(con, presort["table"], presort["start"],
-                                                      presort["where"]))
-        except sqlite3.Error:
-            return 0  # the ordered query reports the error
-    return window if 0 < window <= int(presort["max_window"]) else 0
+        return (window if 0 < window <= limit else 0), None
+    table, start, where = presort["table"], presort["start"], presort["where"]
+    try:
+        first, least, greatest = storage_order.block_columns(con, table, start, where)
+        window = int(storage_order.columns_window(least, greatest))
+        runs = None
+        if window > limit and presort.get("runs"):
+            runs = storage_order.table_runs(con, table, start, where, first, least, greatest,
+                                            limit)
+    except sqlite3.Error:
+        return 0, None  # the ordered query reports the error
+    return (window if 0 < window <= limit else 0), runs
 
 
 def _open(con: sqlite3.Connection, request: dict[str, Any], window: int,
@@ -181,7 +197,8 @@ def _next(stream: _Stream, rows_wanted: int) -> tuple[int, bytes | list[bytearra
             stream.error = (status, got.encode())
             return stream.error
         return STATUS_OK, [got]
-    assert stream.cursor is not None
+    if stream.cursor is None:
+        return STATUS_OK, []  # a table read as runs: no rows of its own
     parts: list[bytearray] = []
     texts: dict[str, int] | None = {} if stream.inline else None
     at: list[int] = []
@@ -262,9 +279,13 @@ def serve(requests: BinaryIO, out: BinaryIO) -> None:
                 continue
             sid = int(request["id"])
             if op == "open":
-                window = 0
+                window, runs = 0, None
                 if con is not None and request.get("presort"):
-                    window = _window(con, request["presort"])
+                    window, runs = _window(con, request["presort"])
+                if runs is not None:  # the parent opens a stream per run instead
+                    streams[sid] = _Stream(None, request, None)
+                    _send(out, sid, STATUS_RUNS, json.dumps(runs).encode())
+                    continue
                 streams[sid] = (_open(con, request, window, db) if con is not None
                                 else _Stream(None, request, (STATUS_SQLITE, failed)))
                 if request.get("presort"):

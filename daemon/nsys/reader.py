@@ -27,11 +27,12 @@ from typing import IO
 import numpy as np
 
 from prvstream.daemon import stages
-from prvstream.daemon.nsys import presort, readerstart, rowfill, tables
+from prvstream.daemon.nsys import presort, readerstart, rowfill, runscan, tables
 from prvstream.daemon.nsys._readerchild import (
     FRAME,
     STATUS_BAD_VALUE,
     STATUS_OK,
+    STATUS_RUNS,
     STATUS_TEXTS,
     STATUS_WINDOW,
     WINDOW,
@@ -219,7 +220,9 @@ class ReaderLease:
         The query starts at once in the child. ``what`` names the data in error messages.
         ``scan`` (``tables.scan_plan``): read in storage order with a reorder buffer when the
         table's disorder allows it; ``window``: the table's reorder window when known already
-        (``Export.known_window``: the child does not read its bounds). ``inline`` (field,
+        (``Export.known_window``: the child does not read its bounds), else the child reads
+        them, and a table it finds to be a few runs is read as those (``stream_runs``).
+        ``inline`` (field,
         numbering): each row's last value is an inline text or NULL; a row with one gets
         ``numbering(texts)``'s id in that field. ``unwrapped``: the same statements for the
         compiled row reader, which wraps their int32 values itself (the child reads them
@@ -236,6 +239,8 @@ class ReaderLease:
                                          "where": scan[3], "max_window": presort.MAX_WINDOW}
             if window is not None:
                 bounds["window"] = window
+            else:  # the child bounds it, and may answer with runs
+                bounds["runs"] = True
             request["presort"] = bounds
         if inline is not None:
             request["inline"] = True
@@ -247,13 +252,43 @@ class ReaderLease:
         for _ in range(AHEAD):
             p.request_next(sid, chunk_rows)
         self._open.add(sid)
-        return self._chunks(sid, dtype, chunk_rows, what, scan is not None, inline)
+
+        def by_runs(runs: tuple[runscan.Run, ...]) -> Iterator[np.ndarray]:
+            assert scan is not None
+            return self.stream_runs(sql, dtype, layout, chunk_rows, what, scan, runs, inline,
+                                    unwrapped)
+
+        return self._chunks(sid, dtype, chunk_rows, what, scan is not None, inline, by_runs)
+
+    def stream_runs(self, sql: str, dtype: np.dtype, layout: rowfill.Layout, chunk_rows: int,
+                    what: str, scan: tuple[str, str, str, str], runs: tuple[runscan.Run, ...],
+                    inline: InlineTexts | None = None,
+                    unwrapped: tables.UnwrappedStatements | None = None
+                    ) -> Iterator[np.ndarray]:
+        """``stream``'s chunks of a table read as ``runs`` (``runscan``): a stream per run,
+        its storage-order ``scan`` restricted to the run's rowids with the run's window,
+        merged by start (``runscan.merge``)."""
+        table, where = scan[1], scan[3]
+        return runscan.merge([self.stream(
+            sql, dtype, layout, chunk_rows, what,
+            (runscan.ranged(scan[0], table, where, run), *scan[1:]), inline, window=run.window,
+            unwrapped=None if unwrapped is None else unwrapped._replace(
+                scan=runscan.ranged(unwrapped.scan, table, where, run))) for run in runs],
+            chunk_rows)
 
     def _chunks(self, sid: int, dtype: np.dtype, chunk_rows: int, what: str,
-                presorted: bool, inline: InlineTexts | None) -> Iterator[np.ndarray]:
+                presorted: bool, inline: InlineTexts | None,
+                by_runs: Callable[[tuple[runscan.Run, ...]], Iterator[np.ndarray]]
+                ) -> Iterator[np.ndarray]:
         p = self._process
         if presorted:
             status, payload = p.receive(sid)
+            if status == STATUS_RUNS:  # read as runs: this stream ends without rows
+                runs = tuple(runscan.Run(*run) for run in json.loads(payload))
+                for _ in self._frames(sid, dtype, chunk_rows, what, inline):
+                    pass
+                yield from by_runs(runs)
+                return
             window = WINDOW.unpack(payload)[0] if status == STATUS_WINDOW else 0
             yield from presort.reorder(self._frames(sid, dtype, chunk_rows, what, inline),
                                        window, chunk_rows)

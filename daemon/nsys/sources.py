@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from prvstream.daemon.kinds import registry
-from prvstream.daemon.nsys import runscan, tables
+from prvstream.daemon.nsys import tables
 from prvstream.daemon.nsys.export import Export
 from prvstream.daemon.nsys.readerstart import large_file
 from prvstream.sinks.logger import get_logger
@@ -94,12 +94,9 @@ class ReaderSource:
             elif joined is not None:
                 self._started[kind] = joined
             elif scan is not None and runs is not None:
-                self._started[kind] = runscan.merge([lease.stream(
-                    sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind,
-                    (runscan.ranged(scan[0], scan[1], scan[3], run), *scan[1:]), inline,
-                    window=run.window, unwrapped=None if unwrapped is None else
-                    unwrapped._replace(scan=runscan.ranged(unwrapped.scan, scan[1], scan[3],
-                                                           run))) for run in runs], chunk_rows)
+                self._started[kind] = lease.stream_runs(
+                    sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, runs, inline,
+                    unwrapped)
             else:
                 self._started[kind] = lease.stream(
                     sql, spec.dtype, tables.LAYOUTS[kind], chunk_rows, kind, scan, inline,

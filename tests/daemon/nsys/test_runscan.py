@@ -214,11 +214,13 @@ def _api_calls_as_processes(path: Path, shared: int) -> int:
     return window
 
 
-@pytest.mark.parametrize("shared", [0, BLOCK // 3])
+@pytest.mark.parametrize(("shared", "kinds"), [(0, []), (BLOCK // 3, []),
+                                               (BLOCK // 3, ["runtime", "kernel"])])
 def test_an_export_whose_api_calls_are_runs_converts_the_same(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared: int, kinds: list[str]) -> None:
     """The API calls, beyond the window, are read run by run for their own kind too (in the
-    reader and in-process; the runs cut inside a shared block or at a block's edge), and the
+    reader and in-process; the runs cut inside a shared block or at a block's edge; found by
+    the comm join's bounds, or without the comm kind by the reader process itself), and the
     bytes are SQLite's sort's (``presort = false``)."""
     job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=60, seed=5))
     window = _api_calls_as_processes(job[0], shared)
@@ -242,14 +244,17 @@ def test_an_export_whose_api_calls_are_runs_converts_the_same(
     monkeypatch.setattr(runscan, "merge", merge_spy)
     outs = []
     for use_reader, use_presort in ((True, True), (False, True), (True, False)):
-        settings_ = load_settings(None, {"reader": use_reader, "presort": use_presort},
-                                  environ={})
+        settings_ = load_settings(None, {"reader": use_reader, "presort": use_presort,
+                                         "kinds": kinds}, environ={})
         out = tmp_path / f"out{use_reader}{use_presort}"
         cut.clear()
         merged.clear()
         convert([str(p) for p in job], out, settings_)
-        # the API table is two runs, and its kind is read as those runs merged; without
+        # the API table is two runs (cut in this process, or in the reader's when no comm
+        # join read its bounds here), and its kind is read as those runs merged; without
         # presort no table is cut
-        assert ((f'"{comm.DRIVER}"', 2) in cut and 2 in merged) == use_presort
+        here = use_presort and (not use_reader or not kinds)
+        assert ((f'"{comm.DRIVER}"', 2) in cut) == here
+        assert (2 in merged) == use_presort
         outs.append(b"".join(out.with_suffix(s).read_bytes() for s in (".prv", ".pcf", ".row")))
     assert outs[0] == outs[1] == outs[2]

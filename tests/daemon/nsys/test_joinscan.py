@@ -17,10 +17,11 @@ from prvstream.daemon.config import load_settings
 from prvstream.daemon.kinds import comm
 from prvstream.daemon.nsys import joinscan, presort, runscan, sources, tables
 from prvstream.daemon.nsys.rowfill import rows_to_array
-from prvstream.daemon.nsys.storage_order import BLOCK, reorder_window
+from prvstream.daemon.nsys.storage_order import BLOCK
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
 from prvstream.sinks.errors import PrvstreamError
+from tests.daemon.nsys.apiruns import api_calls_as_processes
 
 _GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 
@@ -248,34 +249,12 @@ def test_without_copies_a_table_beyond_the_window_is_left_to_sqlite(tmp_path: Pa
     con.close()
 
 
-def _api_calls_in_two_runs(path: Path) -> int:
-    """Store the export's API calls as two runs, each sorted and starting at the beginning of
-    time (the even calls, then the odd ones, as two processes' blocks), each a whole number
-    of the bounds' blocks; the table's reorder window."""
-    con = sqlite3.connect(path)
-    table = comm.DRIVER
-    n = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    keep = n // (2 * BLOCK) * 2 * BLOCK
-    assert keep >= 4 * BLOCK, "the synthetic export is too small for two runs of blocks"
-    con.execute(f"CREATE TEMP TABLE calls AS SELECT * FROM {table} ORDER BY start, rowid "
-                f"LIMIT {keep}")
-    con.execute(f"DELETE FROM {table}")
-    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 0 "
-                "ORDER BY rowid")
-    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 1 "
-                "ORDER BY rowid")
-    con.commit()
-    window = reorder_window(con, table, "start")
-    con.close()
-    return window
-
-
 def test_an_export_whose_api_calls_are_two_runs_converts_the_same(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Beyond the window, the comm arrows are read run by run (in the reader and in-process)
     and the bytes are those of SQLite's ordered join (``presort = false``)."""
     job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=40, seed=3))
-    window = _api_calls_in_two_runs(job[0])
+    window = api_calls_as_processes(job[0])
     assert window > 4 * BLOCK
     monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
     monkeypatch.setattr(presort, "MAX_WINDOW", 2 * BLOCK)  # a run's window, not the table's

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from prvstream.daemon.config import load_settings
 from prvstream.daemon.kinds import comm
 from prvstream.daemon.nsys import presort, runscan, sources
-from prvstream.daemon.nsys.storage_order import BLOCK, reorder_window
+from prvstream.daemon.nsys.storage_order import BLOCK
 from prvstream.daemon.stream.batch import convert
 from prvstream.daemon.synthetic.synth import SynthSpec, write_job
+from tests.daemon.nsys.apiruns import api_calls_as_processes
 
 _ROW = np.dtype([("start", np.int64), ("id", np.int64)])
 
@@ -193,27 +194,6 @@ def test_a_range_keeps_the_scan_condition() -> None:
         runscan.ranged('SELECT a FROM "u"', '"t"', "", run)
 
 
-def _api_calls_as_processes(path: Path, shared: int) -> int:
-    """Store the export's API calls as two processes' runs, each sorted and starting at the
-    beginning of time, the second starting ``shared`` rows into a block; the table's reorder
-    window."""
-    con = sqlite3.connect(path)
-    table = comm.DRIVER
-    n = con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-    assert n >= 8 * BLOCK, "the synthetic export is too small for two runs of blocks"
-    half = (n // 2 // BLOCK) * BLOCK + shared
-    con.execute(f"CREATE TEMP TABLE calls AS SELECT * FROM {table} ORDER BY start, rowid")
-    con.execute(f"DELETE FROM {table}")
-    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 0 "
-                f"ORDER BY rowid LIMIT {half}")
-    con.execute(f"INSERT INTO {table} SELECT * FROM temp.calls WHERE rowid % 2 = 1 "
-                "ORDER BY rowid")
-    con.commit()
-    window = reorder_window(con, table, "start")
-    con.close()
-    return window
-
-
 @pytest.mark.parametrize(("shared", "kinds"), [(0, []), (BLOCK // 3, []),
                                                (BLOCK // 3, ["runtime", "kernel"])])
 def test_an_export_whose_api_calls_are_runs_converts_the_same(
@@ -223,7 +203,7 @@ def test_an_export_whose_api_calls_are_runs_converts_the_same(
     the comm join's bounds, or without the comm kind by the reader process itself), and the
     bytes are SQLite's sort's (``presort = false``)."""
     job = write_job(tmp_path / "job", SynthSpec(ranks=1, steps=60, seed=5))
-    window = _api_calls_as_processes(job[0], shared)
+    window = api_calls_as_processes(job[0], shared)
     monkeypatch.setattr(sources, "_READER_MIN_ROWS", 0)
     monkeypatch.setattr(presort, "MAX_WINDOW", 4 * BLOCK)
     assert window > presort.MAX_WINDOW

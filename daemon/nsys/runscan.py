@@ -47,8 +47,7 @@ def block_columns(con: sqlite3.Connection, table: str, start: str, where: str = 
     least and greatest start of each block of ``block`` rowids from it (``NEVER`` and
     ``-NEVER`` for a block without rows where ``where`` holds)."""
     first, least, greatest = storage_order.block_columns(con, table, start, where, block)
-    return (first, np.frombuffer(least, dtype=np.int64).copy(),
-            np.frombuffer(greatest, dtype=np.int64).copy())
+    return first, np.frombuffer(least, dtype=np.int64), np.frombuffer(greatest, dtype=np.int64)
 
 
 def window(least: np.ndarray, greatest: np.ndarray, block: int = BLOCK) -> int:

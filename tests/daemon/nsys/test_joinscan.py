@@ -69,6 +69,13 @@ def _parts(con: sqlite3.Connection, size: int, dtype: np.dtype) -> list[Iterator
     return [chunks(sql) for sql in found[1]]
 
 
+def _assert_rows(chunks: list[np.ndarray], expected: list[tuple[object, ...]]) -> None:
+    """The chunks, concatenated, are SQLite's rows of the ordered comm join, byte for byte."""
+    got = np.concatenate(chunks) if chunks else np.empty(0, comm.SPEC.dtype)
+    want = rows_to_array(expected, comm.SPEC.dtype, tables.LAYOUTS["comm"])
+    assert got.tobytes() == want.tobytes()
+
+
 _calls = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 2), st.integers(0, 30)),
                   max_size=120)
 _activity = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 10**4), st.integers(0, 30)),
@@ -91,9 +98,7 @@ def test_merged_parts_are_the_sorted_union(tmp_path_factory: pytest.TempPathFact
     wide = joinscan.scan_dtype(comm.SPEC.dtype)
     out = list(joinscan.merge(_parts(con, size, wide), floor, comm.SPEC.dtype, size))
     assert all(0 < len(c) <= size for c in out)
-    got = np.concatenate(out) if out else np.empty(0, comm.SPEC.dtype)
-    want = rows_to_array(expected, comm.SPEC.dtype, tables.LAYOUTS["comm"])
-    assert got.tobytes() == want.tobytes()
+    _assert_rows(out, expected)
     con.close()
 
 
@@ -198,9 +203,7 @@ def test_a_driving_table_in_runs_reads_as_the_sorted_union(
     assert out is not None
     chunks = list(out)
     assert all(0 < len(c) <= size for c in chunks)
-    got = np.concatenate(chunks) if chunks else np.empty(0, comm.SPEC.dtype)
-    want = rows_to_array(expected, comm.SPEC.dtype, tables.LAYOUTS["comm"])
-    assert got.tobytes() == want.tobytes()
+    _assert_rows(chunks, expected)
     con.close()
 
 
@@ -229,13 +232,9 @@ def test_runs_sharing_a_block_hold_few_rows(tmp_path: Path) -> None:
     first = next(out)
     assert first["start"].tolist() == [10 * i for i in range(8)]
     assert read[0] < 64  # a few chunks of each run, not the first run's 203 rows
-    rest = [first, *out]
-    got = np.concatenate(rest)
     ordered = comm.select_sql(schema)
     assert ordered is not None
-    want = rows_to_array(con.execute(ordered).fetchall(), comm.SPEC.dtype,
-                         tables.LAYOUTS["comm"])
-    assert got.tobytes() == want.tobytes()
+    _assert_rows([first, *out], con.execute(ordered).fetchall())
     con.close()
 
 

@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 import time
+import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -568,7 +569,16 @@ def _load_numpy() -> None:
     in the console script's own process before any other thread exists: what changes is the
     indentation of numpy's docstrings in this process (their signature lines are the same);
     nothing of numpy's that a conversion calls reads them, and a module imported later
-    (``numpy.ma`` formats with ``dedent``) gets the real ones."""
+    (``numpy.ma`` formats with ``dedent``) gets the real ones.
+
+    Likewise ``numpy._typing`` (the static types behind ``numpy.typing``: about 7 ms and
+    46 M instructions of ``Literal`` unions built as it loads) stands aside: numpy 2's
+    ``linalg`` takes only ``NDArray`` from it, to annotate the fields of its result tuples
+    (``EigResult`` and the like), and gets ``numpy.ndarray`` instead (``_TypingStandIn``).
+    The stand-in leaves ``sys.modules`` once numpy has loaded, so ``import numpy.typing``
+    later loads the real module; a numpy that asks it for anything else gets the real
+    module's, loaded there and then (numpy's compiled core cannot load twice in a process,
+    so a failed import could not be tried again)."""
     if "numpy" in sys.modules:
         return
     import importlib
@@ -578,6 +588,8 @@ def _load_numpy() -> None:
     cleaners = ((inspect, "cleandoc", inspect.cleandoc), (textwrap, "dedent", textwrap.dedent))
     for module, name, _ in cleaners:
         setattr(module, name, _as_written)
+    stand_in = _TypingStandIn("numpy._typing")
+    sys.modules.setdefault(stand_in.__name__, stand_in)
     try:
         importlib.import_module("numpy")
     except Exception:  # a numpy whose loading needs them: loaded again, as it is everywhere
@@ -586,8 +598,28 @@ def _load_numpy() -> None:
     finally:
         for module, name, cleaner in cleaners:
             setattr(module, name, cleaner)
+        if sys.modules.get(stand_in.__name__) is stand_in:
+            del sys.modules[stand_in.__name__]
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and getattr(numpy, "_typing", None) is stand_in:
+            del numpy._typing
     if "numpy" not in sys.modules:
         importlib.import_module("numpy")
+
+
+class _TypingStandIn(types.ModuleType):
+    """``numpy._typing`` while numpy loads (``_load_numpy``): ``NDArray`` is the array type
+    itself; any other name is the real module's, which then takes the stand-in's place."""
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):  # what the import system looks for (``__path__``...)
+            raise AttributeError(name)
+        array = getattr(sys.modules.get("numpy"), "ndarray", None)
+        if name == "NDArray" and array is not None and sys.modules.get(self.__name__) is self:
+            return array
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

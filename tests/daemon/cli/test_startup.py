@@ -249,6 +249,56 @@ def test_numpy_loads_even_where_it_needs_its_docstring_cleaners() -> None:
     assert proc.stdout.split() == ["3", "True"], proc.stdout
 
 
+#: numpy loaded as the console script loads it: ``numpy._typing`` (static types only) is not
+#: loaded for it, and is the real module when the process imports it afterwards
+_TYPING_PROBE = """
+import sys
+from prvstream.daemon.cli.main import _load_numpy
+_load_numpy()
+import numpy
+skipped = "numpy._typing" not in sys.modules and not hasattr(numpy, "_typing")
+solved = numpy.linalg.eig(numpy.diag([2.0, 3.0])).eigenvalues.tolist()
+import numpy.typing
+real = numpy.typing.NDArray is not numpy.ndarray and numpy.typing.NDArray[numpy.float64]
+print(skipped, solved, bool(real))
+"""
+
+
+def test_numpy_loads_without_its_typing_module() -> None:
+    proc = subprocess.run([sys.executable, "-c", _TYPING_PROBE], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "[2.0,", "3.0]", "True"], proc.stdout
+
+
+#: a numpy that takes more than ``NDArray`` from ``numpy._typing`` as it loads (as another
+#: version might) gets the real module's (numpy's core cannot load twice in a process)
+_NEEDS_TYPING = """
+import importlib.abc, sys
+
+class NeedsTyping(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy.linalg":
+            typing_module = sys.modules.get("numpy._typing")
+            if typing_module is not None:
+                assert typing_module.ArrayLike is sys.modules["numpy._typing"].ArrayLike
+        return None
+
+sys.meta_path.insert(0, NeedsTyping())
+from prvstream.daemon.cli.main import _load_numpy
+_load_numpy()
+import numpy, numpy.typing
+print(numpy.add(1, 2), numpy.typing.ArrayLike is sys.modules["numpy._typing"].ArrayLike)
+"""
+
+
+def test_numpy_loads_even_where_it_needs_more_of_its_typing_module() -> None:
+    proc = subprocess.run([sys.executable, "-c", _NEEDS_TYPING], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "True"], proc.stdout
+
+
 def test_help_width_is_the_one_shutil_finds(monkeypatch: pytest.MonkeyPatch) -> None:
     """``_terminal_columns`` answers as ``shutil.get_terminal_size`` does (``COLUMNS``, the
     terminal, then 80), so help text wraps where argparse's own formatter wraps it."""

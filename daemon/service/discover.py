@@ -6,6 +6,7 @@ decided by :mod:`prvstream.daemon.nsys.locate`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import math
@@ -26,7 +27,7 @@ from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.locate import AUTO_NSYS, Candidate, DiscoveryScope
 from prvstream.sinks.logger import get_logger
 
-__all__ = ["open_discovery", "watch_exports"]
+__all__ = ["EventBridge", "open_discovery", "watch_exports"]
 
 log = get_logger(__name__)
 
@@ -104,13 +105,7 @@ async def _native(raw: MemoryObjectSendStream[_RawEvent], scope: DiscoveryScope,
     )
     from watchdog.observers import Observer
 
-    loop = asyncio.get_running_loop()
-
-    def push(item: _RawEvent) -> None:
-        # never wait on the loop from watchdog's thread: the loop may be waiting on this
-        # thread (observer.stop() joins it), which would deadlock
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
-            loop.call_soon_threadsafe(_send_quietly, raw, item)
+    push = EventBridge(asyncio.get_running_loop(), raw).push
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
@@ -180,6 +175,40 @@ def _root_identity(root: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+class EventBridge:
+    """Hands watchdog's events from its thread to the event loop with at most one wake-up of
+    the loop in flight.
+
+    Every ``call_soon_threadsafe`` writes a byte to the loop's self-pipe, which is also where
+    the signal handlers' bytes go: a burst of events (a tool creating and renaming files in
+    a loop) once called it per event, filled the pipe faster than the busy loop read it, and
+    a SIGTERM that arrived then lost its byte, so the daemon never saw it. Events now queue
+    here and one wake-up drains them all, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 raw: MemoryObjectSendStream[_RawEvent]) -> None:
+        self._loop = loop
+        self._raw = raw
+        self._pending: collections.deque[_RawEvent] = collections.deque()
+        self._scheduled = False
+
+    def push(self, item: _RawEvent) -> None:
+        """Queue ``item`` (watchdog's thread). Never waits on the loop: the loop may be
+        waiting on this thread (``observer.stop()`` joins it), which would deadlock."""
+        self._pending.append(item)  # before the flag is read: ``_drain`` clears it first
+        if self._scheduled:
+            return
+        self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        pending = self._pending
+        while pending:
+            _send_quietly(self._raw, pending.popleft())
 
 
 def _send_quietly(raw: MemoryObjectSendStream[_RawEvent], item: _RawEvent) -> None:

@@ -4,7 +4,9 @@ found once per burst; temporary names, prvstream's outputs and escaping symlinks
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +18,7 @@ from structlog.testing import capture_logs
 
 from prvstream.daemon.config import Settings
 from prvstream.daemon.nsys.locate import DONE_MARKER, Candidate, DiscoveryScope, scan_once
-from prvstream.daemon.service.discover import open_discovery
+from prvstream.daemon.service.discover import EventBridge, open_discovery
 from prvstream.sinks.errors import ConfigError
 from prvstream.sinks.files import OWNED_MARKER
 
@@ -252,3 +254,39 @@ async def test_service_loop_shape(root: Path, tmp_path: Path) -> None:
     journal = JobJournal.open(state, root / "job1")
     assert [r.name for r in journal.reports] == [good.name]
     assert journal.is_quarantined(root / "job1" / "junk.sqlite")
+
+
+def test_a_burst_of_watch_events_wakes_the_loop_once() -> None:
+    """Events pushed from watchdog's thread while the loop is busy cost one wake-up of the
+    loop (one byte in its self-pipe, which the signal handlers share: a byte per event once
+    filled it and a SIGTERM was lost), and all of them arrive, in order."""
+    send, receive = anyio.create_memory_object_stream[tuple[str, bool]](float("inf"))
+    loop = asyncio.new_event_loop()
+    wakeups = 0
+    real = loop.call_soon_threadsafe
+
+    def counted(*args: object) -> asyncio.Handle:
+        nonlocal wakeups
+        wakeups += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    bridge = EventBridge(loop, send)
+
+    def burst(first: int) -> None:
+        for n in range(first, first + 50_000):
+            bridge.push((f"f{n}", False))
+
+    try:
+        for first in (0, 50_000):  # the loop idle while a thread pushes, then drains
+            pusher = threading.Thread(target=burst, args=(first,))
+            pusher.start()
+            pusher.join()
+            loop.run_until_complete(asyncio.sleep(0))
+        got = [receive.receive_nowait()[0] for _ in range(100_000)]
+    finally:
+        loop.close()
+        send.close()
+        receive.close()
+    assert wakeups == 2
+    assert got == [f"f{n}" for n in range(100_000)]

@@ -598,11 +598,8 @@ def _load_numpy() -> None:
     finally:
         for module, name, cleaner in cleaners:
             setattr(module, name, cleaner)
-        if sys.modules.get(stand_in.__name__) is stand_in:
-            del sys.modules[stand_in.__name__]
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and getattr(numpy, "_typing", None) is stand_in:
-            del numpy._typing
+        if sys.modules.get(stand_in.__name__) is stand_in:  # never an attribute of numpy's:
+            del sys.modules[stand_in.__name__]  # the import system sets those as it loads one
     if "numpy" not in sys.modules:
         importlib.import_module("numpy")
 
@@ -614,10 +611,10 @@ class _TypingStandIn(types.ModuleType):
     def __getattr__(self, name: str) -> object:
         if name.startswith("__"):  # what the import system looks for (``__path__``...)
             raise AttributeError(name)
-        array = getattr(sys.modules.get("numpy"), "ndarray", None)
-        if name == "NDArray" and array is not None and sys.modules.get(self.__name__) is self:
-            return array
         if sys.modules.get(self.__name__) is self:
+            array = getattr(sys.modules.get("numpy"), "ndarray", None)
+            if name == "NDArray" and array is not None:
+                return array
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), name)
 
